@@ -1,0 +1,60 @@
+# Pilotfish: the README's commands. Each target does its own set-up on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export PILOTFISH_CACHE ?= $(HOME)/.cache/pilotfish
+
+.PHONY: demo test unit e2e bench crds lint typecheck binaries venv down clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(STAMP)
+
+binaries:
+	devcluster/build.sh
+
+# The local control plane, Pilotfish installed on it, an example of each kind.
+demo: $(STAMP) binaries
+	$(VENV)/bin/pilotfish demo
+
+down: $(STAMP)
+	$(VENV)/bin/pilotfish dev down
+
+# Every test: lint, unit and property tests, then e2e against the real control plane.
+test: lint unit e2e
+
+unit: $(STAMP)
+	$(PY) -m pytest tests -q
+
+e2e: $(STAMP) binaries
+	$(PY) -m pytest e2e -q
+
+bench: $(STAMP) binaries
+	@for b in benchmarks/*.py; do [ "$$(basename $$b)" = __init__.py ] || $(PY) $$b; done
+
+crds: $(STAMP)
+	$(PY) -m pilotfish.api.crdgen
+
+# mypy cannot follow setuptools' package-dir mapping, so it reads a tree of links shaped like
+# the installed package.
+typecheck: $(STAMP)
+	@rm -rf build/typecheck && mkdir -p build/typecheck/pilotfish
+	@for f in pilotfish/*; do ln -s ../../../$$f build/typecheck/pilotfish/; done
+	@ln -s ../../../operators build/typecheck/pilotfish/operators
+	@ln -s ../../../scheduler-extender build/typecheck/pilotfish/extender
+	@ln -s ../../../admission-webhooks build/typecheck/pilotfish/webhooks
+	cd build/typecheck && ../../$(VENV)/bin/mypy --config-file ../../pyproject.toml -p pilotfish
+	$(VENV)/bin/mypy tests e2e benchmarks
+
+lint: $(STAMP) typecheck
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+clean:
+	rm -rf build $(VENV)

@@ -1,0 +1,44 @@
+"""Well-known names every Pilotfish part agrees on (ARCHITECTURE section 4).
+
+Kept in one module so that the chart, the CRDs, the webhooks and the operators cannot drift
+apart on a label key or a ServiceAccount name.
+"""
+
+from typing import Final
+
+GROUP: Final = "pilotfish.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+CATEGORY: Final = "pilotfish"
+
+LABEL_TEAM: Final = "pilotfish.io/team"
+LABEL_BAND: Final = "pilotfish.io/band"
+ANNOTATION_EPOCH: Final = "pilotfish.io/epoch"
+GATE_PREFIX: Final = "gates.pilotfish.io/"
+BATCH_CPU: Final = "batch.pilotfish.io/cpu"
+BATCH_MEMORY: Final = "batch.pilotfish.io/memory"
+
+BANDS: Final = ("production", "batch", "best-effort")
+PRIORITY_CLASS: Final = {
+    "production": "pilotfish-production",
+    "batch": "pilotfish-batch",
+    "best-effort": "pilotfish-best-effort",
+}
+
+SYSTEM_NAMESPACE: Final = "pilotfish-system"
+SCHEDULER_NAME: Final = "pilotfish-scheduler"
+
+# One ServiceAccount per component, each bound to its own least-privilege role by the chart.
+SA_OPERATOR: Final = "pilotfish-operator"
+SA_EXTENDER: Final = "pilotfish-extender"
+SA_WEBHOOKS: Final = "pilotfish-webhooks"
+SA_SCHEDULER: Final = "pilotfish-scheduler"
+COMPONENT_ACCOUNTS: Final = {
+    "operator": SA_OPERATOR,
+    "extender": SA_EXTENDER,
+    "webhooks": SA_WEBHOOKS,
+}
+
+# Label on kwok-managed fake nodes; kwok only plays the kubelet for nodes carrying it.
+LABEL_FAKE_NODE: Final = "pilotfish.io/fake-node"
+LABEL_ZONE: Final = "topology.kubernetes.io/zone"

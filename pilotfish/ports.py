@@ -1,0 +1,16 @@
+"""Default local ports of the embedded control plane and of Pilotfish's host processes.
+
+Chosen away from the usual defaults so a developer's other clusters do not collide.
+"""
+
+from typing import Final
+
+ETCD_CLIENT: Final = 12379
+ETCD_PEER: Final = 12380
+APISERVER: Final = 16443
+CONTROLLER_MANAGER: Final = 16257
+SCHEDULER: Final = 16259
+KWOK: Final = 16247
+EXTENDER: Final = 16300
+WEBHOOKS: Final = 16301
+OPERATOR_METRICS: Final = 16302

@@ -4,7 +4,7 @@ One module so names stay consistent and a dashboard author has one place to read
 component process serves the default registry on its /metrics endpoint.
 """
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 EXTENDER_REQUESTS = Counter(
     "pilotfish_extender_requests_total",
@@ -34,4 +34,15 @@ OPERATOR_RECONCILE_ERRORS = Counter(
     "pilotfish_operator_reconcile_errors_total",
     "Reconcile attempts that failed and were requeued, by controller.",
     ["controller"],
+)
+
+OPERATOR_CONFLICTS = Counter(
+    "pilotfish_operator_write_conflicts_total",
+    "Conditional writes refused because the object changed since it was read, by controller.",
+    ["controller"],
+)
+
+OPERATOR_LEADER = Gauge(
+    "pilotfish_operator_leader",
+    "1 while this operator process holds the leader lease, else 0.",
 )

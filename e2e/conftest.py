@@ -1,0 +1,213 @@
+"""The e2e harness: one real control plane per test session, one namespace per test.
+
+Where the cluster comes from:
+- default: `pilotfish dev up` in a fresh state directory, on ports shifted by 1000 so a
+  developer's `make demo` cluster keeps running beside it; brought down at the end
+  (PILOTFISH_E2E_KEEP=1 keeps it, and a later run reuses it);
+- PILOTFISH_E2E_KUBECONFIG=path: an existing cluster with Pilotfish installed (kind, a real
+  cluster); tests that need the local host processes are skipped;
+- PILOTFISH_E2E_KIND=1: a kind cluster through pytest-kind, when it and Docker are available.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from pilotfish import names
+from pilotfish.devcluster import binaries, cluster
+from pilotfish.devcluster.components import Layout
+
+T = TypeVar("T")
+E2E_PORT_OFFSET = 1000
+
+
+@dataclass
+class Env:
+    kubeconfig: Path
+    api: k8s.ApiClient
+    bins: Path
+    layout: Layout | None  # set when the cluster is the local one this session controls
+    spec: cluster.ClusterSpec | None
+
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return run(
+            [str(self.bins / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            check=check,
+            input=input,
+        )
+
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return run(
+            [str(binaries.helm(self.bins)), "--kubeconfig", str(self.kubeconfig), *args],
+            check=check,
+        )
+
+    def component_api(self, component: str) -> k8s.ApiClient:
+        """A client with a Pilotfish component's own ServiceAccount token (local mode)."""
+        if self.layout is None:
+            pytest.skip("needs the local cluster's component kubeconfigs")
+        return k8s_config.new_client_from_config(config_file=str(self.layout.kubeconfig(component)))
+
+    def require_local(self) -> Layout:
+        if self.layout is None:
+            pytest.skip("needs the local control plane (host processes)")
+        return self.layout
+
+
+def run(
+    cmd: list[str], check: bool = True, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False, input=input)
+    if check and res.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(cmd[:4])} ... exited {res.returncode}:\n{res.stdout}\n{res.stderr}"
+        )
+    return res
+
+
+def pilotfish_cli(
+    *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the `pilotfish` CLI as a user would, in a child process."""
+    return subprocess.run(
+        [sys.executable, "-m", "pilotfish.cli.main", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def wait_until(
+    what: str, check: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.25
+) -> T:
+    """Poll `check` until it returns a truthy value; fail naming `what` at the deadline."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+        except ApiException as e:
+            last = e
+            if e.status not in (404, 409, 429, 500, 503):
+                raise
+        else:
+            if value:
+                return value
+            last = value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture(scope="session")
+def env() -> Iterator[Env]:
+    external = os.environ.get("PILOTFISH_E2E_KUBECONFIG")
+    if external:
+        path = Path(external)
+        yield Env(
+            path,
+            k8s_config.new_client_from_config(config_file=str(path)),
+            binaries.bin_dir(),
+            None,
+            None,
+        )
+        return
+    if os.environ.get("PILOTFISH_E2E_KIND"):
+        yield from _kind_env()
+        return
+    keep = bool(os.environ.get("PILOTFISH_E2E_KEEP"))
+    state = Path(os.environ.get("PILOTFISH_E2E_STATE") or tempfile.mkdtemp(prefix="pilotfish-e2e-"))
+    spec = cluster.ClusterSpec(nodes=12, port_offset=E2E_PORT_OFFSET)
+    res = pilotfish_cli(
+        "dev",
+        "--state",
+        str(state),
+        "up",
+        "--nodes",
+        str(spec.nodes),
+        "--port-offset",
+        str(spec.port_offset),
+    )
+    if res.returncode != 0:
+        pytest.exit(f"pilotfish dev up failed:\n{res.stderr}", returncode=1)
+    layout = Layout(state)
+    try:
+        yield Env(
+            layout.admin_kubeconfig, cluster.api_client(layout), binaries.bin_dir(), layout, spec
+        )
+    finally:
+        if not keep:
+            pilotfish_cli("dev", "--state", str(state), "down", "--purge")
+
+
+def _kind_env() -> Iterator[Env]:
+    kind = pytest.importorskip("pytest_kind")
+    kc = kind.KindCluster("pilotfish-e2e")
+    kc.create()
+    try:
+        bins = binaries.bin_dir()
+        root = binaries.checkout_root()
+        assert root is not None
+        run(
+            [
+                str(binaries.helm(bins)),
+                "--kubeconfig",
+                str(kc.kubeconfig_path),
+                "upgrade",
+                "--install",
+                "pilotfish",
+                str(root / "charts" / "pilotfish"),
+                "-n",
+                names.SYSTEM_NAMESPACE,
+                "--create-namespace",
+                "--wait",
+            ]
+        )
+        yield Env(
+            Path(kc.kubeconfig_path),
+            k8s_config.new_client_from_config(config_file=str(kc.kubeconfig_path)),
+            bins,
+            None,
+            None,
+        )
+    finally:
+        kc.delete()
+
+
+@pytest.fixture
+def namespace(env: Env, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh tenant namespace for one test, labelled with a team; deleted afterwards."""
+    base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+    name = f"e2e-{base}-{hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]}"
+    core = k8s.CoreV1Api(env.api)
+    core.create_namespace({"metadata": {"name": name, "labels": {names.LABEL_TEAM: "e2e"}}})
+    wait_until(
+        f"the default ServiceAccount in {name}",
+        lambda: core.read_namespaced_service_account("default", name),
+        timeout=60,
+    )
+    try:
+        yield name
+    finally:
+        try:
+            core.delete_namespace(name)
+        except ApiException as e:
+            if e.status != 404:
+                raise

@@ -1,0 +1,145 @@
+"""`pilotfish`: run a Pilotfish part, or the local development cluster.
+
+The CLI is the composition root: the only layer that imports the operators, the extender and
+the webhooks, each lazily inside its command so `pilotfish dev status` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from pilotfish import log, ports
+from pilotfish.devcluster import cluster
+from pilotfish.devcluster.binaries import MissingBinaries
+from pilotfish.devcluster.components import Layout
+from pilotfish.devcluster.supervisor import ComponentError
+
+
+def _dev(args: argparse.Namespace) -> int:
+    state = Path(args.state) if args.state else cluster.default_state_dir()
+    try:
+        if args.dev_cmd == "up":
+            spec = cluster.resolve_spec(
+                Layout(state),
+                nodes=args.nodes,
+                port_offset=args.port_offset,
+                pilotfish=False if args.bare else None,
+            )
+            cluster.up(state, spec)
+            print(f"pilotfish dev cluster is up ({state})")
+            for line in cluster.env_lines(state):
+                print(line)
+        elif args.dev_cmd == "down":
+            stopped = cluster.down(state, purge=args.purge)
+            print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+        elif args.dev_cmd == "status":
+            st = cluster.status(state)
+            print(json.dumps(st, indent=2))
+            return 0 if st["up"] else 1
+        elif args.dev_cmd == "env":
+            for line in cluster.env_lines(state):
+                print(line)
+    except (ComponentError, MissingBinaries, TimeoutError, RuntimeError) as e:
+        print(f"pilotfish dev {args.dev_cmd}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _extender(args: argparse.Namespace) -> int:
+    from pilotfish.extender import server
+
+    asyncio.run(server.serve(args.host, args.port))
+    return 0
+
+
+def _webhooks(args: argparse.Namespace) -> int:
+    from pilotfish.webhooks import server
+
+    asyncio.run(server.serve(args.host, args.port, args.cert, args.key))
+    return 0
+
+
+def _operator(args: argparse.Namespace) -> int:
+    from pilotfish.operators import runner
+
+    controllers = (
+        [c for c in args.controllers.split(",") if c] if args.controllers is not None else None
+    )
+    return asyncio.run(
+        runner.run(
+            args.kubeconfig,
+            args.metrics_host,
+            args.metrics_port,
+            controllers=controllers if controllers is not None else tuple(runner.CONTROLLERS),
+        )
+    )
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from pilotfish.cli import demo
+
+    state = Path(args.state) if args.state else cluster.default_state_dir()
+    return demo.run(state, nodes=args.nodes)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pilotfish", description=__doc__)
+    p.add_argument("--log-level", default="INFO")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    dev = sub.add_parser("dev", help="the local control plane (etcd, apiserver, scheduler, kwok)")
+    dev.add_argument("--state", help="state directory (default $PILOTFISH_STATE or ~/.local/state)")
+    dsub = dev.add_subparsers(dest="dev_cmd", required=True)
+    upp = dsub.add_parser("up", help="start (or repair) the cluster; a no-op when it is up")
+    upp.add_argument("--nodes", type=int, help=f"fake nodes (default {cluster.DEFAULT_NODES})")
+    upp.add_argument("--port-offset", type=int, help="shift every local port (default 0)")
+    upp.add_argument("--bare", action="store_true", help="do not install Pilotfish")
+    downp = dsub.add_parser("down", help="stop what `up` started")
+    downp.add_argument("--purge", action="store_true", help="also delete the state directory")
+    dsub.add_parser("status", help="components, pids, health (exit 1 unless all healthy)")
+    dsub.add_parser("env", help="print the export KUBECONFIG=... line")
+    dev.set_defaults(func=_dev)
+
+    ext = sub.add_parser("extender", help="the kube-scheduler extender (HTTP)")
+    ext.add_argument("--host", default="0.0.0.0")
+    ext.add_argument("--port", type=int, default=ports.EXTENDER)
+    ext.add_argument("--kubeconfig")
+    ext.set_defaults(func=_extender)
+
+    wh = sub.add_parser("webhooks", help="the admission webhooks (HTTPS)")
+    wh.add_argument("--host", default="0.0.0.0")
+    wh.add_argument("--port", type=int, default=ports.WEBHOOKS)
+    wh.add_argument("--cert", required=True)
+    wh.add_argument("--key", required=True)
+    wh.add_argument("--kubeconfig")
+    wh.set_defaults(func=_webhooks)
+
+    op = sub.add_parser("operator", help="the controllers, leader-elected")
+    op.add_argument("--kubeconfig")
+    op.add_argument("--metrics-host", default="0.0.0.0")
+    op.add_argument("--metrics-port", type=int, default=ports.OPERATOR_METRICS)
+    op.add_argument(
+        "--controllers",
+        help="comma-separated hot-path controllers to run (default: all); '' runs none",
+    )
+    op.set_defaults(func=_operator)
+
+    demo = sub.add_parser("demo", help="local cluster + Pilotfish + an example of each kind")
+    demo.add_argument("--state")
+    demo.add_argument("--nodes", type=int, default=cluster.DEFAULT_NODES)
+    demo.set_defaults(func=_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    log.setup(args.log_level)
+    sys.exit(args.func(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,371 @@
+"""`pilotfish dev up | down | status | env`: one local cluster per state directory.
+
+`up` is idempotent: each part that already runs healthy is left alone, anything missing is
+started, so running it twice is a no-op and running it after a crash repairs the cluster.
+Pilotfish itself is installed the way a platform team would, with the Helm chart (local
+mode: webhooks and extender point at host processes), and its host processes authenticate
+with tokens of the chart's ServiceAccounts, never with the admin certificate.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from pilotfish import names
+from pilotfish.devcluster import binaries, components, nodes, pki, supervisor
+from pilotfish.devcluster import kubeconfig as kcfg
+from pilotfish.devcluster.components import Component, Health, Layout, Ports
+
+log = logging.getLogger("pilotfish.dev")
+
+DEFAULT_NODES = 12
+TOKEN_SECONDS = 7 * 24 * 3600
+HOST_PROCESSES = ("pilotfish-extender", "pilotfish-webhooks", "pilotfish-operator")
+RELEASE = "pilotfish"
+
+
+def default_state_dir() -> Path:
+    env = os.environ.get("PILOTFISH_STATE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "pilotfish" / "dev"
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What `up` was asked for; saved so `status`, `down` and later `up`s agree."""
+
+    nodes: int = DEFAULT_NODES
+    port_offset: int = 0
+    pilotfish: bool = True
+
+    @property
+    def ports(self) -> Ports:
+        return Ports().shifted(self.port_offset)
+
+
+def load_spec(layout: Layout) -> ClusterSpec | None:
+    try:
+        data = json.loads(layout.cluster_file.read_text())
+    except (OSError, ValueError):
+        return None
+    fields = {f.name for f in dataclasses.fields(ClusterSpec)}
+    return ClusterSpec(**{k: v for k, v in data.items() if k in fields})
+
+
+def host_processes(layout: Layout, p: Ports) -> list[Component]:
+    """Pilotfish's own parts as host processes, each with its chart ServiceAccount's token."""
+    py = sys.executable
+    pk = layout.pki
+    return [
+        Component(
+            "pilotfish-extender",
+            (
+                py,
+                "-m",
+                "pilotfish.cli.main",
+                "extender",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(p.extender),
+                "--kubeconfig",
+                str(layout.kubeconfig("extender")),
+            ),
+            Health(f"http://127.0.0.1:{p.extender}/healthz"),
+            p.extender,
+        ),
+        Component(
+            "pilotfish-webhooks",
+            (
+                py,
+                "-m",
+                "pilotfish.cli.main",
+                "webhooks",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(p.webhooks),
+                "--cert",
+                str(pk.cert("webhooks")),
+                "--key",
+                str(pk.key("webhooks")),
+                "--kubeconfig",
+                str(layout.kubeconfig("webhooks")),
+            ),
+            Health(f"https://127.0.0.1:{p.webhooks}/healthz", ca=pk.ca_cert),
+            p.webhooks,
+        ),
+        Component(
+            "pilotfish-operator",
+            (
+                py,
+                "-m",
+                "pilotfish.cli.main",
+                "operator",
+                "--metrics-port",
+                str(p.operator_metrics),
+                "--kubeconfig",
+                str(layout.kubeconfig("operator")),
+            ),
+            Health(f"http://127.0.0.1:{p.operator_metrics}/healthz"),
+            p.operator_metrics,
+        ),
+    ]
+
+
+def api_client(layout: Layout) -> k8s.ApiClient:
+    return k8s_config.new_client_from_config(config_file=str(layout.admin_kubeconfig))
+
+
+def _write_configs(layout: Layout, spec: ClusterSpec, bins: Path) -> None:
+    p = spec.ports
+    pk = pki.ensure(
+        layout.pki.root, extra_server_ips=tuple(filter(None, [components.advertise_address()]))
+    )
+    server = f"https://127.0.0.1:{p.apiserver}"
+    kcfg.write(
+        layout.admin_kubeconfig,
+        server,
+        pk.ca_cert,
+        "pilotfish-admin",
+        client_cert=pk.cert("admin"),
+        client_key=pk.key("admin"),
+    )
+    layout.kubeconfig("x").parent.mkdir(parents=True, exist_ok=True)
+    for ident in ("kube-scheduler", "kube-controller-manager", "kwok"):
+        kcfg.write(
+            layout.kubeconfig(ident),
+            server,
+            pk.ca_cert,
+            ident,
+            client_cert=pk.cert(ident),
+            client_key=pk.key(ident),
+        )
+    layout.config.mkdir(parents=True, exist_ok=True)
+    (layout.config / "scheduler.yaml").write_text(
+        yaml.safe_dump(components.scheduler_config(layout, p))
+    )
+    (layout.config / "kwok.yaml").write_text(
+        yaml.safe_dump_all(components.kwok_config(binaries.kwok_stage_dir(bins), p))
+    )
+    (layout.config / "audit-policy.yaml").write_text(yaml.safe_dump(components.AUDIT_POLICY))
+    layout.cluster_file.write_text(json.dumps(dataclasses.asdict(spec), indent=2) + "\n")
+
+
+def _ensure_nodes(api: k8s.ApiClient, count: int) -> None:
+    core = k8s.CoreV1Api(api)
+    for node in nodes.fleet(count):
+        try:
+            core.create_node(node)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+
+
+def wait_for(what: str, check: Any, timeout: float = 120.0, interval: float = 0.5) -> Any:
+    """Poll `check()` until it returns something truthy or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def ready_nodes(api: k8s.ApiClient) -> list[str]:
+    out = []
+    for n in k8s.CoreV1Api(api).list_node(label_selector=f"{names.LABEL_FAKE_NODE}=true").items:
+        if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or [])):
+            out.append(n.metadata.name)
+    return out
+
+
+def _helm(layout: Layout, bins: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [str(binaries.helm(bins)), "--kubeconfig", str(layout.admin_kubeconfig), *args]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"helm {' '.join(args[:2])} failed:\n{res.stderr.strip()}")
+    return res
+
+
+def chart_dir() -> Path:
+    root = binaries.checkout_root()
+    if root is None:
+        raise RuntimeError("the local mode installs charts/pilotfish from a source checkout")
+    return root / "charts" / "pilotfish"
+
+
+def local_values(layout: Layout, p: Ports) -> list[str]:
+    ca = base64.b64encode(layout.pki.ca_cert.read_bytes()).decode()
+    return [
+        "--set",
+        "local.enabled=true",
+        "--set",
+        "local.host=127.0.0.1",
+        "--set",
+        f"local.webhookPort={p.webhooks}",
+        "--set",
+        f"local.extenderPort={p.extender}",
+        "--set",
+        f"local.caBundle={ca}",
+    ]
+
+
+def install_pilotfish(layout: Layout, spec: ClusterSpec, bins: Path) -> None:
+    """Helm-install the chart in local mode, then run its parts as host processes."""
+    _helm(
+        layout,
+        bins,
+        "upgrade",
+        "--install",
+        RELEASE,
+        str(chart_dir()),
+        "--namespace",
+        names.SYSTEM_NAMESPACE,
+        "--create-namespace",
+        *local_values(layout, spec.ports),
+        "--wait",
+        "--timeout",
+        "2m",
+    )
+    api = api_client(layout)
+    core = k8s.CoreV1Api(api)
+    server = f"https://127.0.0.1:{spec.ports.apiserver}"
+    for component, sa in names.COMPONENT_ACCOUNTS.items():
+        tr = core.create_namespaced_service_account_token(
+            sa,
+            names.SYSTEM_NAMESPACE,
+            {"spec": {"audiences": [], "expirationSeconds": TOKEN_SECONDS}},
+        )
+        kcfg.write(
+            layout.kubeconfig(component),
+            server,
+            layout.pki.ca_cert,
+            f"system:serviceaccount:{names.SYSTEM_NAMESPACE}:{sa}",
+            token=tr.status.token,
+            namespace=names.SYSTEM_NAMESPACE,
+        )
+    for c in host_processes(layout, spec.ports):
+        supervisor.start(layout, c, ready_timeout=60)
+
+
+def resolve_spec(layout: Layout, **overrides: Any) -> ClusterSpec:
+    """The saved spec with the caller's explicit choices applied.
+
+    A running cluster cannot move its ports: that would orphan the processes on the old ones.
+    """
+    saved = load_spec(layout)
+    given = {k: v for k, v in overrides.items() if v is not None}
+    spec = dataclasses.replace(saved or ClusterSpec(), **given)
+    if saved and saved.port_offset != spec.port_offset and _any_running(layout, saved):
+        raise RuntimeError(
+            f"the cluster in {layout.root} runs with --port-offset {saved.port_offset}; "
+            "run `pilotfish dev down` before changing it"
+        )
+    return spec
+
+
+def _any_running(layout: Layout, spec: ClusterSpec) -> bool:
+    comps = components.control_plane(layout, spec.ports, Path("/"))
+    names_ = [c.name for c in comps] + list(HOST_PROCESSES)
+    return any(supervisor.running(layout, n) for n in names_)
+
+
+def up(state: Path, spec: ClusterSpec | None = None) -> Layout:
+    layout = Layout(state)
+    spec = spec or resolve_spec(layout)
+    state.mkdir(parents=True, exist_ok=True)
+    bins = binaries.bin_dir()
+    _write_configs(layout, spec, bins)
+    for c in components.control_plane(layout, spec.ports, bins):
+        log.info("starting", extra={"component": c.name})
+        supervisor.start(layout, c, ready_timeout=120)
+    api = api_client(layout)
+    wait_for("the default ServiceAccount", lambda: _has_default_sa(api))
+    _ensure_nodes(api, spec.nodes)
+    wait_for(f"{spec.nodes} kwok nodes Ready", lambda: len(ready_nodes(api)) >= spec.nodes)
+    if spec.pilotfish:
+        install_pilotfish(layout, spec, bins)
+    return layout
+
+
+def _has_default_sa(api: k8s.ApiClient) -> bool:
+    try:
+        k8s.CoreV1Api(api).read_namespaced_service_account("default", "default")
+    except ApiException:
+        return False
+    return True
+
+
+def down(state: Path, purge: bool = False) -> list[str]:
+    """Stop what `up` started, newest first; with `purge`, remove the state directory."""
+    layout = Layout(state)
+    spec = load_spec(layout) or ClusterSpec()
+    order = [c.name for c in components.control_plane(layout, spec.ports, Path("/"))]
+    stopped = [
+        n for n in [*reversed(HOST_PROCESSES), *reversed(order)] if supervisor.stop(layout, n)
+    ]
+    if purge and layout.cluster_file.exists():
+        shutil.rmtree(state)
+    return stopped
+
+
+def status(state: Path) -> dict[str, Any]:
+    layout = Layout(state)
+    spec = load_spec(layout)
+    if spec is None:
+        return {"state": str(state), "up": False, "components": {}}
+    comps = components.control_plane(layout, spec.ports, Path("/"))
+    if spec.pilotfish:
+        comps += host_processes(layout, spec.ports)
+    out: dict[str, Any] = {
+        "state": str(state),
+        "kubeconfig": str(layout.admin_kubeconfig),
+        "components": {},
+    }
+    for c in comps:
+        proc = supervisor.running(layout, c.name)
+        out["components"][c.name] = {
+            "pid": proc.pid if proc else None,
+            "healthy": bool(proc) and supervisor.healthy(c.health),
+            "log": str(layout.log(c.name)),
+        }
+    out["up"] = all(v["healthy"] for v in out["components"].values())
+    if out["components"].get("kube-apiserver", {}).get("healthy"):
+        out["readyNodes"] = len(ready_nodes(api_client(layout)))
+    return out
+
+
+def env_lines(state: Path) -> list[str]:
+    return [f"export KUBECONFIG={Layout(state).admin_kubeconfig}"]
+
+
+@contextmanager
+def running_cluster(state: Path, spec: ClusterSpec) -> Iterator[Layout]:
+    """Bring a cluster up for the duration of a block (tests, benchmarks), then down."""
+    try:
+        yield up(state, spec)
+    finally:
+        down(state)

@@ -1,0 +1,340 @@
+"""What each process of the local control plane is: its command line, config and health URL.
+
+Pure: from a state-directory layout, the ports and the binaries' directory to process specs
+and config documents. `supervisor` starts them; tests read them without starting anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pilotfish import names, ports
+from pilotfish.devcluster.pki import Pki
+
+SERVICE_CIDR = "10.96.0.0/16"
+# Upstream's node lifecycle controller is replaced by Pilotfish's own (lease silence, zone
+# brake, fencing), so the two never race to taint or evict the same node.
+CONTROLLERS = "*,-node-lifecycle-controller"
+KWOK_STAGES = (
+    "node/fast/node-initialize.yaml",
+    "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "pod/fast/pod-ready.yaml",
+    "pod/fast/pod-complete.yaml",
+    "pod/fast/pod-delete.yaml",
+)
+# How long a fake node's lease lasts; kwok renews it at a fraction of this.
+NODE_LEASE_SECONDS = 40
+
+
+@dataclass(frozen=True)
+class Ports:
+    etcd_client: int = ports.ETCD_CLIENT
+    etcd_peer: int = ports.ETCD_PEER
+    apiserver: int = ports.APISERVER
+    controller_manager: int = ports.CONTROLLER_MANAGER
+    scheduler: int = ports.SCHEDULER
+    kwok: int = ports.KWOK
+    extender: int = ports.EXTENDER
+    webhooks: int = ports.WEBHOOKS
+    operator_metrics: int = ports.OPERATOR_METRICS
+
+    def shifted(self, offset: int) -> Ports:
+        """The same ports moved by `offset`, so two clusters can run side by side."""
+        return Ports(**{f.name: getattr(self, f.name) + offset for f in dataclasses.fields(self)})
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one local cluster keeps its files."""
+
+    root: Path
+
+    @property
+    def pki(self) -> Pki:
+        return Pki(self.root / "pki")
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def run(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def etcd_data(self) -> Path:
+        return self.root / "etcd-data"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config"
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def cluster_file(self) -> Path:
+        return self.root / "cluster.json"
+
+    def kubeconfig(self, identity: str) -> Path:
+        return self.root / "kubeconfigs" / f"{identity}.yaml"
+
+    def log(self, component: str) -> Path:
+        return self.logs / f"{component}.log"
+
+    def pidfile(self, component: str) -> Path:
+        return self.run / f"{component}.pid"
+
+
+@dataclass(frozen=True)
+class Health:
+    """How to ask a component whether it is ready: an HTTP(S) GET that must answer 200."""
+
+    url: str
+    ca: Path | None = None  # verify the server against this CA; None with https: do not verify
+    client_cert: Path | None = None
+    client_key: Path | None = None
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    argv: tuple[str, ...]
+    health: Health
+    port: int
+
+
+def advertise_address() -> str | None:
+    """A non-loopback IPv4 of this host; kube-apiserver refuses to advertise loopback."""
+    try:
+        out = subprocess.run(
+            ["ip", "-4", "-o", "addr", "show", "scope", "global"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=5,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        fields = line.split()
+        if "inet" in fields:
+            return fields[fields.index("inet") + 1].split("/")[0]
+    return None
+
+
+def scheduler_config(layout: Layout, p: Ports) -> dict[str, Any]:
+    """KubeSchedulerConfiguration: the default profile and Pilotfish's, both through the extender.
+
+    `ignorable: true`: when the extender is down, kube-scheduler keeps placing pods with its
+    own plugins instead of stalling every pod in the cluster; priorities still keep batch from
+    preempting production.
+    """
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {
+            "kubeconfig": str(layout.kubeconfig("kube-scheduler")),
+            "qps": 500,
+            "burst": 1000,
+        },
+        "leaderElection": {"leaderElect": False},
+        "profiles": [
+            {"schedulerName": "default-scheduler"},
+            {"schedulerName": names.SCHEDULER_NAME},
+        ],
+        "extenders": [
+            {
+                "urlPrefix": f"http://127.0.0.1:{p.extender}",
+                "filterVerb": "filter",
+                "prioritizeVerb": "prioritize",
+                "preemptVerb": "preempt",
+                "weight": 5,
+                "nodeCacheCapable": True,
+                "enableHTTPS": False,
+                "httpTimeout": "5s",
+                "ignorable": True,
+            }
+        ],
+    }
+
+
+def kwok_config(stage_dir: Path, p: Ports) -> list[dict[str, Any]]:
+    """kwok's configuration documents: options plus the stages that play kubelets.
+
+    kwok v0.8 has no built-in stages; the upstream stage documents ship beside the binary.
+    """
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+            "kind": "KwokConfiguration",
+            "options": {
+                "manageAllNodes": False,
+                "manageNodesWithLabelSelector": f"{names.LABEL_FAKE_NODE}=true",
+                "nodeLeaseDurationSeconds": NODE_LEASE_SECONDS,
+                # A partial options document leaves these at 0, which kwok refuses.
+                "nodeLeaseParallelism": 4,
+                "nodePlayStageParallelism": 4,
+                "podPlayStageParallelism": 8,
+                "podsOnNodeSyncParallelism": 4,
+                "serverAddress": f"127.0.0.1:{p.kwok}",
+                "cidr": "10.240.0.0/12",
+                "nodeIP": "10.250.0.1",
+            },
+        }
+    ]
+    for rel in KWOK_STAGES:
+        docs.extend(d for d in yaml.safe_load_all((stage_dir / rel).read_text()) if d)
+    return docs
+
+
+def control_plane(layout: Layout, p: Ports, bin_dir: Path) -> list[Component]:
+    """The processes of the local control plane in start order."""
+    pki = layout.pki
+    cfg = layout.config
+    apiserver = f"https://127.0.0.1:{p.apiserver}"
+    admin = Health(
+        f"{apiserver}/readyz",
+        ca=pki.ca_cert,
+        client_cert=pki.cert("admin"),
+        client_key=pki.key("admin"),
+    )
+    advertise = advertise_address()
+    etcd = Component(
+        "etcd",
+        (
+            str(bin_dir / "etcd"),
+            "--name=pilotfish",
+            f"--data-dir={layout.etcd_data}",
+            f"--listen-client-urls=http://127.0.0.1:{p.etcd_client}",
+            f"--advertise-client-urls=http://127.0.0.1:{p.etcd_client}",
+            f"--listen-peer-urls=http://127.0.0.1:{p.etcd_peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{p.etcd_peer}",
+            f"--initial-cluster=pilotfish=http://127.0.0.1:{p.etcd_peer}",
+            "--unsafe-no-fsync",
+            "--quota-backend-bytes=8589934592",
+            "--log-level=warn",
+        ),
+        Health(f"http://127.0.0.1:{p.etcd_client}/health"),
+        p.etcd_client,
+    )
+    kube_apiserver = Component(
+        "kube-apiserver",
+        (
+            str(bin_dir / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{p.etcd_client}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={p.apiserver}",
+            *((f"--advertise-address={advertise}",) if advertise else ()),
+            f"--tls-cert-file={pki.cert('apiserver')}",
+            f"--tls-private-key-file={pki.key('apiserver')}",
+            f"--client-ca-file={pki.ca_cert}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki.sa_pub}",
+            f"--service-account-signing-key-file={pki.sa_key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=Node,RBAC",
+            "--allow-privileged=true",
+            "--endpoint-reconciler-type=none",
+            f"--audit-policy-file={cfg / 'audit-policy.yaml'}",
+            f"--audit-log-path={layout.logs / 'audit.log'}",
+            "--audit-log-maxsize=200",
+            "--audit-log-maxbackup=2",
+            "--max-requests-inflight=1600",
+            "--max-mutating-requests-inflight=800",
+            "--profiling=false",
+            "--v=1",
+        ),
+        admin,
+        p.apiserver,
+    )
+    kcm = Component(
+        "kube-controller-manager",
+        (
+            str(bin_dir / "kube-controller-manager"),
+            f"--kubeconfig={layout.kubeconfig('kube-controller-manager')}",
+            f"--authentication-kubeconfig={layout.kubeconfig('kube-controller-manager')}",
+            f"--authorization-kubeconfig={layout.kubeconfig('kube-controller-manager')}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={p.controller_manager}",
+            "--leader-elect=false",
+            f"--controllers={CONTROLLERS}",
+            f"--root-ca-file={pki.ca_cert}",
+            f"--service-account-private-key-file={pki.sa_key}",
+            "--use-service-account-credentials=true",
+            f"--cluster-signing-cert-file={pki.ca_cert}",
+            f"--cluster-signing-key-file={pki.ca_key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--kube-api-qps=200",
+            "--kube-api-burst=400",
+            "--concurrent-endpoint-syncs=10",
+            "--v=1",
+        ),
+        Health(f"https://127.0.0.1:{p.controller_manager}/healthz"),
+        p.controller_manager,
+    )
+    scheduler = Component(
+        "kube-scheduler",
+        (
+            str(bin_dir / "kube-scheduler"),
+            f"--config={cfg / 'scheduler.yaml'}",
+            f"--authentication-kubeconfig={layout.kubeconfig('kube-scheduler')}",
+            f"--authorization-kubeconfig={layout.kubeconfig('kube-scheduler')}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={p.scheduler}",
+            "--v=1",
+        ),
+        Health(f"https://127.0.0.1:{p.scheduler}/healthz"),
+        p.scheduler,
+    )
+    kwok = Component(
+        "kwok",
+        (
+            str(bin_dir / "kwok"),
+            f"--kubeconfig={layout.kubeconfig('kwok')}",
+            f"--config={cfg / 'kwok.yaml'}",
+            "--v=WARN",
+        ),
+        Health(f"http://127.0.0.1:{p.kwok}/healthz"),
+        p.kwok,
+    )
+    return [etcd, kube_apiserver, kcm, scheduler, kwok]
+
+
+AUDIT_POLICY: dict[str, Any] = {
+    # Metadata for Pilotfish's own API and for pod changes: who released a gate and when.
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {
+            "level": "None",
+            "users": ["system:kube-scheduler", "system:kube-controller-manager"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {"level": "None", "verbs": ["get", "list", "watch"]},
+        {"level": "None", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]},
+        {
+            "level": "None",
+            "resources": [
+                {"group": "", "resources": ["events"]},
+                {"group": "events.k8s.io", "resources": ["events"]},
+            ],
+        },
+        {"level": "Metadata", "resources": [{"group": "pilotfish.io"}]},
+        {
+            "level": "Metadata",
+            "resources": [
+                {"group": "", "resources": ["pods", "pods/binding", "pods/eviction", "nodes"]}
+            ],
+        },
+        {"level": "None"},
+    ],
+}

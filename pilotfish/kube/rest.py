@@ -1,0 +1,201 @@
+"""Raw-dict REST calls on top of kubernetes-asyncio's connection and auth handling.
+
+Hot paths skip the generated model classes (ARCHITECTURE section 3): bodies go out and come
+back as plain dicts, errors come back as one exception type carrying the API's Status.
+Every write that depends on what was read is conditional: callers pass the resourceVersion
+they decided from (`metadata.resourceVersion` in the body, or a JSON-patch `test` op).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes_asyncio import client
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+
+
+class ApiError(Exception):
+    """A non-2xx answer; `status`, `reason` and `message` come from the API's Status object."""
+
+    def __init__(self, status: int, reason: str, message: str, body: dict[str, Any] | None = None):
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body or {}
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One API resource: where it lives, e.g. ("", "v1", "pods") or ("pilotfish.io", ...)."""
+
+    group: str
+    version: str
+    plural: str
+    namespaced: bool = True
+    subresources: tuple[str, ...] = field(default=())
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, sub: str | None = None
+    ) -> str:
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace)}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{quote(name)}"
+        if sub:
+            base += f"/{sub}"
+        return base
+
+
+PODS = Resource("", "v1", "pods")
+NODES = Resource("", "v1", "nodes", namespaced=False)
+NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
+LEASES = Resource("coordination.k8s.io", "v1", "leases")
+EVENTS = Resource("events.k8s.io", "v1", "events")
+
+
+def _error(status: int, raw: bytes) -> ApiError:
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return ApiError(status, "Unknown", raw.decode(errors="replace")[:500])
+    return ApiError(status, str(body.get("reason", "")), str(body.get("message", "")), body)
+
+
+class Rest:
+    """A thin raw-dict client; one per process, sharing the ApiClient's connection pool."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        request_timeout: float | None = 30.0,
+    ) -> dict[str, Any]:
+        headers = {"Accept": JSON}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        resp = await self.api.call_api(
+            path,
+            method,
+            query_params=list((params or {}).items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+            _request_timeout=request_timeout,
+        )
+        raw = await resp.read()
+        if resp.status >= 300:
+            raise _error(resp.status, raw)
+        out: dict[str, Any] = json.loads(raw) if raw else {}
+        return out
+
+    async def get(self, path: str, **params: Any) -> dict[str, Any]:
+        return await self.request("GET", path, params=params)
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("POST", path, body=body)
+
+    async def replace(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("PUT", path, body=body)
+
+    async def patch(self, path: str, body: Any, content_type: str = MERGE_PATCH) -> dict[str, Any]:
+        return await self.request("PATCH", path, body=body, content_type=content_type)
+
+    async def delete(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        return await self.request("DELETE", path, body=body)
+
+    async def list_pages(
+        self, path: str, params: Mapping[str, Any] | None = None, page: int = 500
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every item, in pages of `page`; returns (items, resourceVersion of the list)."""
+        items: list[dict[str, Any]] = []
+        cont: str | None = None
+        while True:
+            q = {**(params or {}), "limit": page}
+            if cont:
+                q["continue"] = cont
+            data = await self.request("GET", path, params=q, request_timeout=120)
+            items.extend(data.get("items") or [])
+            meta = data.get("metadata") or {}
+            cont = meta.get("continue")
+            if not cont:
+                return items, str(meta.get("resourceVersion", ""))
+
+    async def watch(
+        self,
+        path: str,
+        resource_version: str,
+        params: Mapping[str, Any] | None = None,
+        timeout_seconds: int = 300,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Watch events (dicts with `type` and `object`) from `resource_version`, with bookmarks.
+
+        An `ERROR` event is raised as ApiError (410 Gone means: relist).
+        """
+        q = {
+            **(params or {}),
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": timeout_seconds,
+        }
+        resp = await self.api.call_api(
+            path,
+            "GET",
+            query_params=list(q.items()),
+            header_params={"Accept": JSON},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+            _request_timeout=timeout_seconds + 30,
+        )
+        try:
+            if resp.status >= 300:
+                raise _error(resp.status, await resp.read())
+            async for line in resp.content:
+                if not line.strip():
+                    continue
+                event: dict[str, Any] = json.loads(line)
+                if event.get("type") == "ERROR":
+                    obj = event.get("object") or {}
+                    raise ApiError(
+                        int(obj.get("code", 500)),
+                        str(obj.get("reason", "")),
+                        str(obj.get("message", "")),
+                        obj,
+                    )
+                yield event
+        finally:
+            resp.release()

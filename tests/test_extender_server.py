@@ -1,0 +1,285 @@
+"""The scheduler extender's HTTP server, exercised in-process without a cluster.
+
+Requests are shaped like kube-scheduler's (Go field names on the envelope, normal
+Kubernetes JSON inside), so a change that breaks the wire contract fails here first.
+"""
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import REGISTRY
+
+from pilotfish.extender import decide, server, wire
+from pilotfish.extender.wire import MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY, clamp_score
+
+Client = TestClient[web.Request, web.Application]
+
+POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "web-0", "namespace": "team-a", "uid": "pod-uid-1"},
+    "spec": {"containers": [{"name": "web", "image": "nginx"}]},
+}
+NODES = [f"node-{i}" for i in range(5)]
+
+
+def requests_total(verb: str, outcome: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "pilotfish_extender_requests_total", {"verb": verb, "outcome": outcome}
+    )
+    return value or 0.0
+
+
+def observed(verb: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "pilotfish_extender_request_duration_seconds_count", {"verb": verb}
+    )
+    return value or 0.0
+
+
+def victim(uid: str) -> dict[str, Any]:
+    return {"metadata": {"name": f"p-{uid}", "namespace": "team-b", "uid": uid}, "spec": {}}
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[Client]:
+    async with TestClient(TestServer(server.make_app())) as test_client:
+        yield test_client
+
+
+async def test_filter_returns_every_node_and_counts(client: Client) -> None:
+    before, timed = requests_total("filter", "ok"), observed("filter")
+    resp = await client.post("/filter", json={"Pod": POD, "Nodes": None, "NodeNames": NODES})
+    assert resp.status == 200
+    assert resp.content_type == "application/json"
+    assert await resp.json() == {
+        "NodeNames": NODES,
+        "FailedNodes": {},
+        "FailedAndUnresolvableNodes": {},
+        "Error": "",
+    }
+    assert requests_total("filter", "ok") == before + 1
+    assert observed("filter") == timed + 1
+
+
+async def test_filter_with_full_nodes_answers_with_nodes(client: Client) -> None:
+    """nodeCacheCapable false: the scheduler reads Nodes.items back and ignores NodeNames."""
+    items = [{"metadata": {"name": name}, "status": {}} for name in NODES[:2]]
+    resp = await client.post("/filter", json={"Pod": POD, "Nodes": {"items": items}})
+    assert resp.status == 200
+    body = await resp.json()
+    assert body["Nodes"]["items"] == items
+    assert "NodeNames" not in body
+    assert body["Error"] == ""
+
+
+async def test_filter_with_no_candidates(client: Client) -> None:
+    resp = await client.post("/filter", json={"Pod": POD, "NodeNames": []})
+    assert resp.status == 200
+    assert (await resp.json())["NodeNames"] == []
+
+
+async def test_prioritize_scores_every_node_in_range(client: Client) -> None:
+    before = requests_total("prioritize", "ok")
+    resp = await client.post("/prioritize", json={"Pod": POD, "Nodes": None, "NodeNames": NODES})
+    assert resp.status == 200
+    body = await resp.json()
+    assert [entry["Host"] for entry in body] == NODES
+    assert all(MIN_EXTENDER_PRIORITY <= entry["Score"] <= MAX_EXTENDER_PRIORITY for entry in body)
+    assert all(set(entry) == {"Host", "Score"} for entry in body)
+    assert requests_total("prioritize", "ok") == before + 1
+
+
+@given(st.integers())
+def test_clamp_score_stays_in_range_and_keeps_valid_scores(score: int) -> None:
+    clamped = clamp_score(score)
+    assert MIN_EXTENDER_PRIORITY <= clamped <= MAX_EXTENDER_PRIORITY
+    if MIN_EXTENDER_PRIORITY <= score <= MAX_EXTENDER_PRIORITY:
+        assert clamped == score
+    elif score < MIN_EXTENDER_PRIORITY:
+        assert clamped == MIN_EXTENDER_PRIORITY
+    else:
+        assert clamped == MAX_EXTENDER_PRIORITY
+
+
+@given(st.lists(st.tuples(st.text(), st.integers())))
+def test_encoded_priorities_are_valid_json_and_clamped(pairs: list[tuple[str, int]]) -> None:
+    """Scoring rules may return any integer; the wire never carries one out of range, and
+    hand-built JSON must survive any host name, quotes and non-ASCII included."""
+    hosts, scores = [h for h, _ in pairs], [s for _, s in pairs]
+    encoded = json.loads(wire.encode_host_priorities(hosts, scores))
+    assert encoded == [{"Host": h, "Score": clamp_score(s)} for h, s in pairs]
+    assert all(0 <= e["Score"] <= 10 for e in encoded)
+
+
+def test_encoding_priorities_needs_a_score_per_host() -> None:
+    with pytest.raises(ValueError, match="2 hosts but 1 scores"):
+        wire.encode_host_priorities(["a", "b"], [1])
+
+
+async def test_preempt_converts_full_victims_to_meta(client: Client) -> None:
+    before = requests_total("preempt", "ok")
+    resp = await client.post(
+        "/preempt",
+        json={
+            "Pod": POD,
+            "NodeNameToVictims": {
+                "node-0": {"Pods": [victim("a"), victim("b")], "NumPDBViolations": 1},
+                "node-1": {"Pods": [victim("c")], "NumPDBViolations": 0},
+            },
+            "NodeNameToMetaVictims": None,
+        },
+    )
+    assert resp.status == 200
+    assert await resp.json() == {
+        "NodeNameToMetaVictims": {
+            "node-0": {"Pods": [{"UID": "a"}, {"UID": "b"}], "NumPDBViolations": 1},
+            "node-1": {"Pods": [{"UID": "c"}], "NumPDBViolations": 0},
+        }
+    }
+    assert requests_total("preempt", "ok") == before + 1
+
+
+async def test_preempt_passes_meta_victims_through_and_drops_empty_nodes(client: Client) -> None:
+    """The scheduler rejects a returned node with no victims, so such nodes are dropped."""
+    meta = {
+        "node-0": {"Pods": [{"UID": "a"}], "NumPDBViolations": 2},
+        "node-1": {"Pods": [], "NumPDBViolations": 0},
+        "node-2": None,
+    }
+    resp = await client.post(
+        "/preempt", json={"Pod": POD, "NodeNameToVictims": None, "NodeNameToMetaVictims": meta}
+    )
+    assert resp.status == 200
+    assert await resp.json() == {
+        "NodeNameToMetaVictims": {"node-0": {"Pods": [{"UID": "a"}], "NumPDBViolations": 2}}
+    }
+
+
+GARBAGE: list[tuple[str, bytes | str, str]] = [
+    ("filter", b"", "empty"),
+    ("filter", b"{not json", "not valid JSON"),
+    ("filter", b"\xff\xfe", "not valid JSON"),
+    ("filter", "[]", "request body must be a JSON object"),
+    ("filter", json.dumps({"NodeNames": NODES}), "Pod is missing"),
+    ("filter", json.dumps({"Pod": POD, "Nodes": None, "NodeNames": None}), "NodeNames is missing"),
+    ("filter", json.dumps({"Pod": "web-0", "NodeNames": NODES}), "Pod must be a JSON object"),
+    ("filter", json.dumps({"Pod": POD, "NodeNames": "node-0"}), "NodeNames must be a list"),
+    ("prioritize", json.dumps({"Pod": POD, "NodeNames": ["a", 1]}), "NodeNames[1]"),
+    (
+        "prioritize",
+        json.dumps({"Pod": POD, "Nodes": {"items": [{"metadata": {}}]}}),
+        "Nodes.items[0].metadata.name",
+    ),
+    ("preempt", json.dumps({"Pod": POD}), "NodeNameToVictims or NodeNameToMetaVictims"),
+    (
+        "preempt",
+        json.dumps({"Pod": POD, "NodeNameToVictims": {"n": {"Pods": [{"metadata": {}}]}}}),
+        "NodeNameToVictims[n].Pods[0].metadata.uid",
+    ),
+    (
+        "preempt",
+        json.dumps(
+            {
+                "Pod": POD,
+                "NodeNameToMetaVictims": {"n": {"Pods": [{"UID": "a"}], "NumPDBViolations": "1"}},
+            }
+        ),
+        "NumPDBViolations must be an integer",
+    ),
+]
+
+
+@pytest.mark.parametrize(("verb", "body", "message"), GARBAGE)
+async def test_malformed_requests_get_400_naming_the_problem(
+    client: Client, verb: str, body: bytes | str, message: str
+) -> None:
+    before = requests_total(verb, "bad_request")
+    resp = await client.post(f"/{verb}", data=body, headers={"Content-Type": "application/json"})
+    assert resp.status == 400
+    text = await resp.text()
+    assert message in text
+    assert text.startswith(f"{verb}: ")
+    assert requests_total(verb, "bad_request") == before + 1
+
+
+async def test_a_bug_in_a_decision_is_a_500_and_counted(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(pod: Any, node_names: Any) -> decide.FilterResult:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(decide, "filter_nodes", broken)
+    before = requests_total("filter", "error")
+    resp = await client.post("/filter", json={"Pod": POD, "NodeNames": NODES})
+    assert resp.status == 500
+    assert "boom" not in await resp.text()  # internals stay in the log
+    assert requests_total("filter", "error") == before + 1
+
+
+async def test_wrong_method_is_rejected(client: Client) -> None:
+    resp = await client.get("/filter")
+    assert resp.status == 405
+
+
+async def test_healthz_and_metrics(client: Client) -> None:
+    await client.post("/filter", json={"Pod": POD, "NodeNames": NODES})
+    health = await client.get("/healthz")
+    assert health.status == 200
+    assert await health.text() == "ok"
+    resp = await client.get("/metrics")
+    assert resp.status == 200
+    assert resp.headers["Content-Type"].startswith("text/plain")
+    text = await resp.text()
+    assert 'pilotfish_extender_requests_total{outcome="ok",verb="filter"}' in text
+    assert "pilotfish_extender_request_duration_seconds_bucket" in text
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def _wait_listening(task: "asyncio.Task[None]", port: int) -> None:
+    for _ in range(500):
+        if task.done():
+            task.result()  # surfaces the start-up error
+            raise AssertionError("serve returned without being cancelled")
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.01)
+            continue
+        writer.close()
+        await writer.wait_closed()
+        return
+    raise AssertionError(f"nothing listening on {port}")
+
+
+async def test_serve_answers_until_cancelled() -> None:
+    port = _free_port()
+    task = asyncio.create_task(server.serve("127.0.0.1", port))
+    try:
+        await _wait_listening(task, port)
+        async with aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{port}/filter"
+            async with session.post(url, json={"Pod": POD, "NodeNames": NODES}) as resp:
+                assert resp.status == 200
+                assert (await resp.json())["NodeNames"] == NODES
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    with pytest.raises(OSError):
+        await asyncio.open_connection("127.0.0.1", port)

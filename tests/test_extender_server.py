@@ -6,7 +6,6 @@ Kubernetes JSON inside), so a change that breaks the wire contract fails here fi
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,6 +19,7 @@ from prometheus_client import REGISTRY
 
 from pilotfish.extender import decide, server, wire
 from pilotfish.extender.wire import MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY, clamp_score
+from tests.servers import free_port, wait_listening
 
 Client = TestClient[web.Request, web.Application]
 
@@ -244,34 +244,11 @@ async def test_healthz_and_metrics(client: Client) -> None:
     assert "pilotfish_extender_request_duration_seconds_bucket" in text
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-async def _wait_listening(task: "asyncio.Task[None]", port: int) -> None:
-    for _ in range(500):
-        if task.done():
-            task.result()  # surfaces the start-up error
-            raise AssertionError("serve returned without being cancelled")
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            await asyncio.sleep(0.01)
-            continue
-        writer.close()
-        await writer.wait_closed()
-        return
-    raise AssertionError(f"nothing listening on {port}")
-
-
 async def test_serve_answers_until_cancelled() -> None:
-    port = _free_port()
+    port = free_port()
     task = asyncio.create_task(server.serve("127.0.0.1", port))
     try:
-        await _wait_listening(task, port)
+        await wait_listening(task, port)
         async with aiohttp.ClientSession() as session:
             url = f"http://127.0.0.1:{port}/filter"
             async with session.post(url, json={"Pod": POD, "NodeNames": NODES}) as resp:

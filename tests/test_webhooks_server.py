@@ -7,10 +7,7 @@ cannot get the wire format wrong.
 
 import asyncio
 import base64
-import datetime
-import ipaddress
 import json
-import socket
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -20,16 +17,14 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
+from pilotfish.devcluster import pki
 from pilotfish.webhooks import server
 from pilotfish.webhooks.admission import Decision, build_response, encode_patch, parse_review
+from tests.servers import free_port, wait_listening
 
 Client = TestClient[web.Request, web.Application]
 
@@ -250,105 +245,13 @@ async def test_healthz_and_metrics(client: Client) -> None:
     assert "pilotfish_webhooks_review_duration_seconds_bucket" in text
 
 
-def _write_certificates(directory: Path) -> tuple[Path, Path, Path]:
-    """A throwaway CA and a server certificate for 127.0.0.1 and localhost signed by it."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pilotfish-test-ca")])
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pilotfish-webhooks")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    ca_file, cert_file, key_file = (
-        directory / "ca.crt",
-        directory / "tls.crt",
-        directory / "tls.key",
-    )
-    ca_file.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return ca_file, cert_file, key_file
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-async def _wait_listening(task: "asyncio.Task[None]", port: int) -> None:
-    for _ in range(500):
-        if task.done():
-            task.result()  # surfaces the start-up error
-            raise AssertionError("serve returned without being cancelled")
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            await asyncio.sleep(0.01)
-            continue
-        writer.close()
-        await writer.wait_closed()
-        return
-    raise AssertionError(f"nothing listening on {port}")
-
-
 async def test_serve_over_https_with_a_throwaway_ca(tmp_path: Path) -> None:
-    ca_file, cert_file, key_file = _write_certificates(tmp_path)
-    port = _free_port()
+    certs = pki.ensure(tmp_path)
+    ca_file, cert_file, key_file = certs.ca_cert, certs.cert("webhooks"), certs.key("webhooks")
+    port = free_port()
     task = asyncio.create_task(server.serve("127.0.0.1", port, str(cert_file), str(key_file)))
     try:
-        await _wait_listening(task, port)
+        await wait_listening(task, port)
         trusting = ssl.create_default_context(cafile=str(ca_file))
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=trusting)) as session:
             base = f"https://127.0.0.1:{port}"

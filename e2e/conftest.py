@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,11 +30,13 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from pilotfish import names
-from pilotfish.devcluster import binaries, cluster
-from pilotfish.devcluster.components import Layout
+from pilotfish.devcluster import binaries, cluster, supervisor
+from pilotfish.devcluster.components import Component, Layout
 
 T = TypeVar("T")
-E2E_PORT_OFFSET = 1000
+# Ports of the session's cluster are the defaults shifted by this much (several suites may
+# run side by side, each with its own offset).
+E2E_PORT_OFFSET = int(os.environ.get("PILOTFISH_E2E_PORT_OFFSET", "1000"))
 
 
 @dataclass
@@ -64,6 +67,23 @@ class Env:
         if self.layout is None:
             pytest.skip("needs the local cluster's component kubeconfigs")
         return k8s_config.new_client_from_config(config_file=str(self.layout.kubeconfig(component)))
+
+    def host_process(self, name: str) -> Component:
+        """One of the local cluster's Pilotfish host processes, e.g. pilotfish-operator."""
+        layout = self.require_local()
+        assert self.spec is not None
+        return next(c for c in cluster.host_processes(layout, self.spec.ports) if c.name == name)
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Kill a local host process the hard way (no cleanup), as a crash would."""
+        layout = self.require_local()
+        proc = supervisor.running(layout, name)
+        assert proc is not None, f"{name} is not running"
+        os.killpg(proc.pid, sig)
+        wait_until(f"{name} gone", lambda: supervisor.running(layout, name) is None, timeout=10)
+
+    def restart(self, name: str) -> None:
+        supervisor.start(self.require_local(), self.host_process(name))
 
     def require_local(self) -> Layout:
         if self.layout is None:

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from e2e.conftest import Env, pilotfish_cli, run, wait_until
+from e2e.conftest import E2E_PORT_OFFSET, Env, pilotfish_cli, run, wait_until
 from pilotfish import names
 from pilotfish.devcluster import cluster, supervisor
 
@@ -45,7 +45,7 @@ def test_up_twice_is_a_no_op(env: Env) -> None:
 
 
 def test_taken_port_names_the_component(tmp_path: Path) -> None:
-    offset = 2000
+    offset = E2E_PORT_OFFSET + 100
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", cluster.ClusterSpec(port_offset=offset).ports.etcd_client))
         blocker.listen()
@@ -72,7 +72,9 @@ def test_component_dying_at_start_names_its_log(env: Env, tmp_path: Path) -> Non
     state = tmp_path / "s"
     (state / "etcd-data").parent.mkdir(parents=True)
     (state / "etcd-data").write_text("not a directory")
-    res = pilotfish_cli("dev", "--state", str(state), "up", "--bare", "--port-offset", "3000")
+    res = pilotfish_cli(
+        "dev", "--state", str(state), "up", "--bare", "--port-offset", str(E2E_PORT_OFFSET + 200)
+    )
     assert res.returncode == 1
     assert "etcd: exited during start-up" in res.stderr and "etcd.log" in res.stderr, res.stderr
     cluster.down(state)
@@ -91,9 +93,7 @@ def test_webhooks_fail_closed_for_tenants_but_never_block_the_system(
     layout = env.require_local()
     assert env.spec is not None
     core = k8s.CoreV1Api(env.api)
-    webhooks = next(
-        c for c in cluster.host_processes(layout, env.spec.ports) if c.name == "pilotfish-webhooks"
-    )
+    webhooks = env.host_process("pilotfish-webhooks")
     supervisor.stop(layout, webhooks.name)
     try:
         with pytest.raises(ApiException) as err:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal
 
@@ -76,7 +77,7 @@ def parse_time(s: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(s.replace("Z", "+00:00"))
 
 
-def read_record(pod: dict[str, Any]) -> PodGates | None:
+def read_record(pod: Mapping[str, Any]) -> PodGates | None:
     """The gate record the webhook wrote on `pod`, or None if it carries none (or a bad one)."""
     ann = (pod.get("metadata") or {}).get("annotations") or {}
     raw = ann.get(ANNOTATION_RECORD)
@@ -90,7 +91,7 @@ def read_record(pod: dict[str, Any]) -> PodGates | None:
     return PodGates(created=ann.get(ANNOTATION_CREATED, ""), gates=gates)
 
 
-def scheduling_gates(pod: dict[str, Any]) -> list[str]:
+def scheduling_gates(pod: Mapping[str, Any]) -> list[str]:
     return [g["name"] for g in (pod.get("spec") or {}).get("schedulingGates") or []]
 
 

@@ -1,6 +1,6 @@
 """TeamQuota: how much a team may use in each priority band."""
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -10,10 +10,13 @@ from pilotfish.api.base import (
     Band,
     ConditionsStatus,
     CrdInfo,
+    ListMap,
     PrinterColumn,
     Quantity,
     Resource,
     TeamName,
+    Time,
+    list_field,
     object_field,
 )
 
@@ -59,9 +62,24 @@ class TeamQuotaSpec(ApiModel):
     team: TeamName = Field(description="Team the quota applies to (label pilotfish.io/team).")
     bands: Bands = object_field(
         Bands,
-        "Limits per priority band. As with a ResourceQuota, a band or a resource left "
-        "out is not limited.",
+        "Limits per priority band. A band left out admits nothing: no team runs in a band "
+        "nobody granted it. Within a declared band, a resource left out is not limited.",
     )
+
+
+class Reservation(ApiModel):
+    """Quota taken by admission for one pod that the quota operator has not counted yet.
+
+    Admission writes it with a resourceVersion-conditional update, so two pods admitted at
+    once can never both take the last room; the operator drops it when the pod shows up in
+    `used`, or when the pod was never created.
+    """
+
+    pod: str = Field(max_length=317, description="namespace/name of the pod.")
+    uid: str = Field(max_length=64, description="UID of the pod admitted.")
+    band: Band = Field(description="Band the pod was admitted in.")
+    resources: BandResources = Field(description="What the pod requests.")
+    time: Time = Field(description="When admission reserved it.")
 
 
 class TeamQuotaStatus(ConditionsStatus):
@@ -73,8 +91,10 @@ class TeamQuotaStatus(ConditionsStatus):
     )
     reserved: Bands = object_field(
         Bands,
-        "Resources admitted but not yet bound (pods created, not yet scheduled), per band; "
-        "a resource left out is zero.",
+        "Sum of `reservations` per band; a resource left out is zero.",
+    )
+    reservations: Annotated[list[Reservation], ListMap(keys=("uid",))] = list_field(
+        "Pods admitted whose usage the quota operator has not counted yet."
     )
 
 

@@ -1,0 +1,170 @@
+"""TeamQuota usage: recompute `status.used` from pods and settle admission's reservations.
+
+Admission reserves quota in `status.reservations` with a resourceVersion-conditional write,
+so concurrent pod creations are linearised by the API server (as the built-in quota
+admission does). This controller closes the loop: a reservation whose pod is now counted in
+`used` is dropped in the same write that counts it, and one whose pod never appeared (the
+create failed after admission, or was a later webhook's denial) is returned after
+RESERVATION_TTL_SECONDS. `used + reserved` therefore never under-counts what runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
+from typing import Any, Final
+
+from pilotfish import metrics, names, quota
+from pilotfish.kube.informer import Informer, Obj
+from pilotfish.kube.rest import NAMESPACES, PODS, ApiError, Resource, Rest
+from pilotfish.kube.workqueue import WorkQueue
+
+log = logging.getLogger("pilotfish.quota")
+
+CONTROLLER: Final = "quota"
+TEAMQUOTAS: Final = Resource(names.GROUP, names.VERSION, "teamquotas", namespaced=False)
+# A reservation whose pod has not appeared by then was never created (the API server gives a
+# create 60 s at most; admission is well inside that).
+RESERVATION_TTL_SECONDS: Final = 60.0
+RESYNC_SECONDS: Final = 60.0
+
+
+def quantity_string(value: Fraction) -> str | int:
+    """An exact quantity for a status field: an integer when whole, else milli or nano units."""
+    if value.denominator == 1:
+        return value.numerator
+    milli = value * 1000
+    if milli.denominator == 1:
+        return f"{milli.numerator}m"
+    return f"{round(value * 10**9)}n"
+
+
+def band_resources(amounts: Mapping[str, Fraction]) -> dict[str, Any]:
+    """Canonical amounts as a TeamQuota BandResources object (wire form)."""
+    out: dict[str, Any] = {}
+    extended: dict[str, Any] = {}
+    for name, value in sorted(amounts.items()):
+        if value == 0:
+            continue
+        if name in ("cpu", "memory"):
+            out[name] = quantity_string(value)
+        elif name in ("gpus", "pods"):
+            out[name] = int(value)
+        else:
+            extended[name] = quantity_string(value)
+    if extended:
+        out["extended"] = extended
+    return out
+
+
+def parse_band_resources(obj: Mapping[str, Any] | None) -> quota.Resources:
+    obj = obj or {}
+    out: quota.Resources = {}
+    for k in ("cpu", "memory", "gpus", "pods"):
+        if obj.get(k) is not None:
+            out[k] = quota.parse_quantity(obj[k])
+    for k, v in (obj.get("extended") or {}).items():
+        out[k] = quota.parse_quantity(v)
+    return out
+
+
+def _time(s: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(s.replace("Z", "+00:00"))
+
+
+def desired_status(tq: Obj, team_pods: Iterable[Obj], now: datetime.datetime) -> dict[str, Any]:
+    """The TeamQuota's status as it should be, from the team's pods and current reservations."""
+    pods = list(team_pods)
+    seen = {(p.get("metadata") or {}).get("uid") for p in pods}
+    used: dict[str, quota.Resources] = {}
+    for p in pods:
+        if quota.counts_against_quota(p):
+            band = quota.pod_band(p)
+            used[band] = quota.add(used.get(band, {}), quota.pod_requests(p))
+    status = tq.get("status") or {}
+    kept = [
+        r
+        for r in status.get("reservations") or []
+        if r.get("uid") not in seen
+        and (now - _time(r["time"])).total_seconds() < RESERVATION_TTL_SECONDS
+    ]
+    reserved: dict[str, quota.Resources] = {}
+    for r in kept:
+        reserved[r["band"]] = quota.add(
+            reserved.get(r["band"], {}), parse_band_resources(r.get("resources"))
+        )
+    return {
+        **status,
+        "observedGeneration": (tq.get("metadata") or {}).get("generation"),
+        "used": {b: band_resources(v) for b, v in sorted(used.items())},
+        "reserved": {b: band_resources(v) for b, v in sorted(reserved.items())},
+        "reservations": kept,
+    }
+
+
+def next_expiry(tq: Obj, now: datetime.datetime) -> float | None:
+    """Seconds until the oldest reservation runs out, so the controller wakes then."""
+    times = [_time(r["time"]) for r in (tq.get("status") or {}).get("reservations") or []]
+    if not times:
+        return None
+    return max(0.0, RESERVATION_TTL_SECONDS - (now - min(times)).total_seconds())
+
+
+class QuotaController:
+    def __init__(self, rest: Rest, workers: int = 2, clock: Any = None) -> None:
+        self.rest = rest
+        self.workers = workers
+        self.clock = clock or (lambda: datetime.datetime.now(datetime.UTC))
+        self.quotas = Informer(rest, TEAMQUOTAS, resync_seconds=RESYNC_SECONDS)
+        self.pods = Informer(rest, PODS)
+        self.namespaces = Informer(rest, NAMESPACES)
+        self.queue: WorkQueue[str] = WorkQueue(CONTROLLER)
+        self.quotas.add_handler(lambda _k, obj, _o: self.queue.add(obj["metadata"]["name"]))
+        self.pods.add_handler(lambda _k, obj, _o: self._pod_changed(obj))
+
+    def _team_of(self, pod: Obj) -> str | None:
+        ns = self.namespaces.get(pod["metadata"].get("namespace", ""))
+        return quota.pod_team(pod, ((ns or {}).get("metadata") or {}).get("labels"))
+
+    def _pod_changed(self, pod: Obj) -> None:
+        team = self._team_of(pod)
+        for tq in self.quotas.store.values():
+            if (tq.get("spec") or {}).get("team") == team:
+                self.queue.add(tq["metadata"]["name"])
+
+    async def sync(self, name: str) -> None:
+        tq = self.quotas.get(name)
+        if tq is None:
+            return
+        team = (tq.get("spec") or {}).get("team")
+        team_pods = [p for p in self.pods.store.values() if self._team_of(p) == team]
+        now = self.clock()
+        status = desired_status(tq, team_pods, now)
+        wake = next_expiry({"status": status}, now)
+        if wake is not None:
+            self.queue.add_after(name, wake + 0.1)
+        if status == (tq.get("status") or {}):
+            return
+        body = {**tq, "status": status}
+        try:
+            await self.rest.replace(TEAMQUOTAS.path(name=name, sub="status"), body)
+        except ApiError as e:
+            if e.not_found:
+                return
+            if e.conflict:  # admission reserved meanwhile: decide again from the newer copy
+                metrics.OPERATOR_CONFLICTS.labels(CONTROLLER).inc()
+                self.queue.add_rate_limited(name)
+                return
+            metrics.OPERATOR_RECONCILE_ERRORS.labels(CONTROLLER).inc()
+            raise
+
+    async def run(self) -> None:
+        await asyncio.gather(
+            self.quotas.run(),
+            self.pods.run(),
+            self.namespaces.run(),
+            self.queue.run(self.workers, self.sync),
+        )

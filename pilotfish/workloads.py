@@ -1,0 +1,32 @@
+"""Keys shared by the ServiceWorkload controller, the endpoints controller and the drain path.
+
+A pod leaves a service in three steps so no request is sent to a stopping pod:
+1. its owner (rollout, scale-down, maintenance) marks it with ANNOTATION_DRAIN (the time);
+2. the endpoints controller writes the pod's endpoint as not ready, terminating, and once that
+   slice write has succeeded records ANNOTATION_DRAINED on the pod (the time it was written);
+3. the owner deletes the pod with its grace period once ANNOTATION_DRAINED is at least
+   PROPAGATION_SECONDS old (time for proxies to see the slice), or once the drain has waited
+   DRAIN_TIMEOUT_SECONDS without an answer (the endpoints controller may be down: a service
+   must still be able to roll out, and the pod is not ready in any slice it is in by then).
+Both annotations are written with conditional patches; deleting a pod is idempotent.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Labels on every pod of a ServiceWorkload.
+LABEL_WORKLOAD: Final = "pilotfish.io/workload"  # the ServiceWorkload's name
+LABEL_REVISION: Final = "pilotfish.io/revision"  # hash of the pod template (ControllerRevision)
+
+ANNOTATION_DRAIN: Final = "pilotfish.io/drain-requested-at"
+ANNOTATION_DRAINED: Final = "pilotfish.io/drained-at"
+
+# How long after the slice write a draining pod may be stopped (seeds: endpoint change to
+# every proxy < 5 s; kube-proxy's default sync period is 1 s).
+PROPAGATION_SECONDS: Final = 2.0
+# How long an owner waits for the endpoints controller before stopping the pod anyway.
+DRAIN_TIMEOUT_SECONDS: Final = 30.0
+
+ENDPOINTSLICE_MANAGED_BY: Final = "endpointslice.pilotfish.io"
+MAX_ENDPOINTS_PER_SLICE: Final = 100

@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from collections.abc import Iterable, Mapping
-from fractions import Fraction
+from collections.abc import Iterable
 from typing import Any, Final
 
 from pilotfish import metrics, names, quota
@@ -30,45 +29,6 @@ TEAMQUOTAS: Final = Resource(names.GROUP, names.VERSION, "teamquotas", namespace
 # create 60 s at most; admission is well inside that).
 RESERVATION_TTL_SECONDS: Final = 60.0
 RESYNC_SECONDS: Final = 60.0
-
-
-def quantity_string(value: Fraction) -> str | int:
-    """An exact quantity for a status field: an integer when whole, else milli or nano units."""
-    if value.denominator == 1:
-        return value.numerator
-    milli = value * 1000
-    if milli.denominator == 1:
-        return f"{milli.numerator}m"
-    return f"{round(value * 10**9)}n"
-
-
-def band_resources(amounts: Mapping[str, Fraction]) -> dict[str, Any]:
-    """Canonical amounts as a TeamQuota BandResources object (wire form)."""
-    out: dict[str, Any] = {}
-    extended: dict[str, Any] = {}
-    for name, value in sorted(amounts.items()):
-        if value == 0:
-            continue
-        if name in ("cpu", "memory"):
-            out[name] = quantity_string(value)
-        elif name in ("gpus", "pods"):
-            out[name] = int(value)
-        else:
-            extended[name] = quantity_string(value)
-    if extended:
-        out["extended"] = extended
-    return out
-
-
-def parse_band_resources(obj: Mapping[str, Any] | None) -> quota.Resources:
-    obj = obj or {}
-    out: quota.Resources = {}
-    for k in ("cpu", "memory", "gpus", "pods"):
-        if obj.get(k) is not None:
-            out[k] = quota.parse_quantity(obj[k])
-    for k, v in (obj.get("extended") or {}).items():
-        out[k] = quota.parse_quantity(v)
-    return out
 
 
 def _time(s: str) -> datetime.datetime:
@@ -94,13 +54,13 @@ def desired_status(tq: Obj, team_pods: Iterable[Obj], now: datetime.datetime) ->
     reserved: dict[str, quota.Resources] = {}
     for r in kept:
         reserved[r["band"]] = quota.add(
-            reserved.get(r["band"], {}), parse_band_resources(r.get("resources"))
+            reserved.get(r["band"], {}), quota.parse_band_resources(r.get("resources"))
         )
     return {
         **status,
         "observedGeneration": (tq.get("metadata") or {}).get("generation"),
-        "used": {b: band_resources(v) for b, v in sorted(used.items())},
-        "reserved": {b: band_resources(v) for b, v in sorted(reserved.items())},
+        "used": {b: quota.band_resources(v) for b, v in sorted(used.items())},
+        "reserved": {b: quota.band_resources(v) for b, v in sorted(reserved.items())},
         "reservations": kept,
     }
 

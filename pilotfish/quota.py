@@ -164,3 +164,42 @@ def usage(pods: Iterable[Mapping[str, Any]]) -> Resources:
         if counts_against_quota(pod):
             total = add(total, pod_requests(pod))
     return total
+
+
+def quantity_string(value: Fraction) -> str | int:
+    """An exact quantity for a status field: an integer when whole, else milli or nano units."""
+    if value.denominator == 1:
+        return value.numerator
+    milli = value * 1000
+    if milli.denominator == 1:
+        return f"{milli.numerator}m"
+    return f"{round(value * 10**9)}n"
+
+
+def band_resources(amounts: Mapping[str, Fraction]) -> dict[str, Any]:
+    """Canonical amounts as a TeamQuota BandResources object (wire form)."""
+    out: dict[str, Any] = {}
+    extended: dict[str, Any] = {}
+    for name, value in sorted(amounts.items()):
+        if value == 0:
+            continue
+        if name in ("cpu", "memory"):
+            out[name] = quantity_string(value)
+        elif name in ("gpus", "pods"):
+            out[name] = int(value)
+        else:
+            extended[name] = quantity_string(value)
+    if extended:
+        out["extended"] = extended
+    return out
+
+
+def parse_band_resources(obj: Mapping[str, Any] | None) -> Resources:
+    obj = obj or {}
+    out: Resources = {}
+    for k in ("cpu", "memory", "gpus", "pods"):
+        if obj.get(k) is not None:
+            out[k] = parse_quantity(obj[k])
+    for k, v in (obj.get("extended") or {}).items():
+        out[k] = parse_quantity(v)
+    return out

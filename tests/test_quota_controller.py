@@ -6,13 +6,8 @@ import datetime
 from fractions import Fraction
 from typing import Any
 
-from pilotfish.operators.quota import (
-    RESERVATION_TTL_SECONDS,
-    band_resources,
-    desired_status,
-    next_expiry,
-    quantity_string,
-)
+from pilotfish.operators.quota import RESERVATION_TTL_SECONDS, desired_status, next_expiry
+from pilotfish.quota import band_resources, quantity_string
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
 

@@ -5,8 +5,13 @@ envelope, calls the review, builds the answer and records it. A bug in a review 
 HTTP 500 rather than an invented decision, so the webhook's configured failurePolicy
 decides: fail closed for tenant namespaces, and kube-system and Pilotfish's own namespace
 are left out by the chart's namespaceSelector so a broken webhook cannot deadlock them.
+
+It is also where the pure pod reviews meet their inputs: the GatePolicy snapshot of the
+informer-backed cache and the clock. Until the cache has synced, pod reviews are refused
+(`pods.starting`) and /readyz answers 503, so no pod is admitted without its gates.
 """
 
+import asyncio
 import logging
 import ssl
 import time
@@ -17,8 +22,12 @@ from aiohttp import web
 
 from pilotfish import httpserver, metrics
 from pilotfish.httpserver import BadRequest
+from pilotfish.kube.client import api_client
+from pilotfish.kube.rest import Rest
 from pilotfish.webhooks import pods, workloads
 from pilotfish.webhooks.admission import Decision, build_response, parse_review
+from pilotfish.webhooks.gatecache import Clock, GatePolicyCache, StaticViews, ViewSource, utc_now
+from pilotfish.webhooks.gateview import GateView
 
 log = logging.getLogger(__name__)
 
@@ -28,13 +37,32 @@ MAX_BODY_BYTES: Final = 8 * 1024 * 1024
 Review = Callable[[Mapping[str, Any]], Decision]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-# Path -> review. The path is also the `webhook` metric label and must match the chart's
-# MutatingWebhookConfiguration / ValidatingWebhookConfiguration `clientConfig.service.path`.
-REVIEWS: Final[Mapping[str, Review]] = {
-    "/mutate/pods": pods.mutate,
-    "/validate/pods": pods.validate,
-    "/validate/workloads": workloads.validate,
-}
+
+def bind_reviews(views: ViewSource, clock: Clock = utc_now) -> dict[str, Review]:
+    """Path -> review, the pod reviews bound to a GatePolicy view and a clock.
+
+    The path is also the `webhook` metric label and must match the chart's
+    MutatingWebhookConfiguration / ValidatingWebhookConfiguration `clientConfig.service.path`.
+    """
+
+    def mutate_pods(request: Mapping[str, Any]) -> Decision:
+        view = views.snapshot()
+        return pods.starting() if view is None else pods.mutate(request, view, clock())
+
+    def validate_pods(request: Mapping[str, Any]) -> Decision:
+        view = views.snapshot()
+        return pods.starting() if view is None else pods.validate(request, view)
+
+    return {
+        "/mutate/pods": mutate_pods,
+        "/validate/pods": validate_pods,
+        "/validate/workloads": workloads.validate,
+    }
+
+
+# The reviews of a cluster without GatePolicies: what `make_app()` serves by default, for
+# tests and tools. `serve` always binds the reviews to the live GatePolicy cache instead.
+REVIEWS: Final[Mapping[str, Review]] = bind_reviews(StaticViews(GateView()))
 
 
 def _review_handler(path: str, review: Review) -> Handler:
@@ -81,12 +109,29 @@ def _review_handler(path: str, review: Review) -> Handler:
     return handle
 
 
-def make_app(reviews: Mapping[str, Review] = REVIEWS) -> web.Application:
-    """Build the app; `reviews` can be replaced to exercise the server with other rules."""
+def _readyz(ready: Callable[[], bool]) -> Handler:
+    async def handle(_request: web.Request) -> web.StreamResponse:
+        if ready():
+            return web.Response(text="ok")
+        return web.Response(status=503, text="starting: GatePolicy view not synced")
+
+    return handle
+
+
+def make_app(
+    reviews: Mapping[str, Review] = REVIEWS, ready: Callable[[], bool] = lambda: True
+) -> web.Application:
+    """Build the app; `reviews` can be replaced to exercise the server with other rules.
+
+    /healthz is liveness (the process serves); /readyz is readiness (`ready()`: the views
+    the reviews need have synced), for a readiness probe that keeps a starting replica out
+    of the Service.
+    """
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     for path, review in reviews.items():
         app.router.add_post(path, _review_handler(path, review))
     httpserver.add_common_routes(app)
+    app.router.add_get("/readyz", _readyz(ready))
     return app
 
 
@@ -98,12 +143,70 @@ def server_ssl_context(certfile: str, keyfile: str) -> ssl.SSLContext:
     return context
 
 
-async def serve(host: str, port: int, certfile: str, keyfile: str) -> None:
+async def serve(
+    host: str,
+    port: int,
+    certfile: str,
+    keyfile: str,
+    kubeconfig: str | None = None,
+    *,
+    views: ViewSource | None = None,
+    clock: Clock = utc_now,
+) -> None:
     """Run the webhooks over HTTPS until cancelled.
 
-    The certificate is read once at start; a rotated certificate takes effect on restart.
+    The API client comes from `kubeconfig`, else $KUBECONFIG, else the in-cluster
+    ServiceAccount, and feeds the GatePolicy cache. `views` replaces the cache (no API
+    server at all), for tests. The certificate is read once at start; a rotated certificate
+    takes effect on restart.
     """
     context = server_ssl_context(certfile, keyfile)
-    await httpserver.run_until_cancelled(
-        make_app(), host, port, name="webhooks", ssl_context=context
-    )
+    if views is not None:
+        app = make_app(bind_reviews(views, clock))
+        await httpserver.run_until_cancelled(app, host, port, name="webhooks", ssl_context=context)
+        return
+    api = await api_client(kubeconfig)
+    try:
+        cache = GatePolicyCache.watching(Rest(api))
+        app = make_app(bind_reviews(cache, clock), ready=cache.synced)
+        await _run_together(
+            httpserver.run_until_cancelled(app, host, port, name="webhooks", ssl_context=context),
+            _watch(cache),
+        )
+    finally:
+        await api.close()
+
+
+async def _watch(cache: GatePolicyCache) -> None:
+    started = time.monotonic()
+
+    async def announce() -> None:
+        await cache.informer.synced.wait()
+        log.info(
+            "GatePolicy view synced; admitting pods",
+            extra={
+                "policies": len(cache.informer.store),
+                "seconds": round(time.monotonic() - started, 3),
+            },
+        )
+
+    announcer = asyncio.create_task(announce())
+    try:
+        await cache.run()
+    finally:
+        announcer.cancel()
+
+
+async def _run_together(*coroutines: Awaitable[None]) -> None:
+    """Run until cancelled; if any part ends (a crashed informer would leave the view
+    frozen), stop the rest and raise, so the process exits and is restarted fresh."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
+        raise RuntimeError("a webhooks task ended without an error")
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -4,6 +4,7 @@ No cluster here, so the API server's rules are checked by walking the schemas; w
 API server can judge (CEL compilation and cost) is left to the e2e suite.
 """
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from pilotfish.api import (
     ALL_KINDS,
     BatchWorkload,
     GatePolicy,
+    GateSignal,
     NodeMaintenance,
     Resource,
     ServiceWorkload,
@@ -113,6 +115,7 @@ NAMES = {
     ServiceWorkload: ("serviceworkloads", "sw", "Namespaced"),
     BatchWorkload: ("batchworkloads", "bw", "Namespaced"),
     GatePolicy: ("gatepolicies", "gp", "Namespaced"),
+    GateSignal: ("gatesignals", "gs", "Namespaced"),
     TeamQuota: ("teamquotas", "tq", "Cluster"),
     NodeMaintenance: ("nodemaintenances", "nm", "Cluster"),
 }
@@ -195,6 +198,10 @@ COLUMNS = {
         ("Gated", ".status.gatedPods"),
         ("Age", ".metadata.creationTimestamp"),
     ],
+    GateSignal: [
+        ("Ready", '.status.conditions[?(@.type=="Ready")].status'),
+        ("Age", ".metadata.creationTimestamp"),
+    ],
     TeamQuota: [("Team", ".spec.team"), ("Age", ".metadata.creationTimestamp")],
     NodeMaintenance: [
         ("Phase", ".status.phase"),
@@ -206,7 +213,8 @@ COLUMNS = {
 
 def _schema_at(schema: dict[str, Any], json_path: str) -> dict[str, Any] | None:
     node = schema
-    for part in json_path.lstrip(".").split("."):
+    # A filter such as [?(@.type=="Ready")] selects list items, like [*].
+    for part in re.sub(r"\[\?\(.*?\)\]", "[*]", json_path).lstrip(".").split("."):
         many = part.endswith("[*]")
         found = node.get("properties", {}).get(part.removesuffix("[*]"))
         if found is None:

@@ -24,6 +24,8 @@ from prometheus_client import REGISTRY
 from pilotfish.devcluster import pki
 from pilotfish.webhooks import server
 from pilotfish.webhooks.admission import Decision, build_response, encode_patch, parse_review
+from pilotfish.webhooks.gatecache import StaticViews
+from pilotfish.webhooks.gateview import GateView
 from tests.servers import free_port, wait_listening
 
 Client = TestClient[web.Request, web.Application]
@@ -249,7 +251,11 @@ async def test_serve_over_https_with_a_throwaway_ca(tmp_path: Path) -> None:
     certs = pki.ensure(tmp_path)
     ca_file, cert_file, key_file = certs.ca_cert, certs.cert("webhooks"), certs.key("webhooks")
     port = free_port()
-    task = asyncio.create_task(server.serve("127.0.0.1", port, str(cert_file), str(key_file)))
+    # A fixed, empty GatePolicy view: no API server behind this server.
+    views = StaticViews(GateView())
+    task = asyncio.create_task(
+        server.serve("127.0.0.1", port, str(cert_file), str(key_file), views=views)
+    )
     try:
         await wait_listening(task, port)
         trusting = ssl.create_default_context(cafile=str(ca_file))

@@ -9,6 +9,7 @@ them) and the way every part reads and builds Pilotfish objects:
 from pilotfish.api.base import Resource
 from pilotfish.api.batchworkload import BatchWorkload
 from pilotfish.api.gatepolicy import GatePolicy
+from pilotfish.api.gatesignal import GateSignal
 from pilotfish.api.nodemaintenance import NodeMaintenance
 from pilotfish.api.serviceworkload import ServiceWorkload
 from pilotfish.api.teamquota import TeamQuota
@@ -18,6 +19,7 @@ ALL_KINDS: tuple[type[Resource], ...] = (
     ServiceWorkload,
     BatchWorkload,
     GatePolicy,
+    GateSignal,
     TeamQuota,
     NodeMaintenance,
 )
@@ -26,6 +28,7 @@ __all__ = [
     "ALL_KINDS",
     "BatchWorkload",
     "GatePolicy",
+    "GateSignal",
     "NodeMaintenance",
     "Resource",
     "ServiceWorkload",

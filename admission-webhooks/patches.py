@@ -1,0 +1,53 @@
+"""RFC 6902 JSON-patch operations that add to a Kubernetes object without clobbering it.
+
+A mutating webhook sees the object before defaulting, so maps and lists it wants to add to
+may be missing or null; adding `/metadata/labels/x` to a missing map fails the whole request
+at the API server, while adding `/metadata/labels` to an existing map would erase the
+client's labels. These helpers pick the right form from what the object actually holds, and
+escape keys per RFC 6901 (label keys like `gates.pilotfish.io/gated` contain `/`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+Op = dict[str, Any]
+
+
+def escape(token: str) -> str:
+    """One RFC 6901 reference token: `~` first, so the `~1` written for `/` stays intact."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def pointer(*tokens: str) -> str:
+    return "".join("/" + escape(t) for t in tokens)
+
+
+def set_entries(current: Any, at: Sequence[str], entries: Mapping[str, str]) -> list[Op]:
+    """Set string map entries (labels, annotations) at `at`, creating the map if needed.
+
+    `add` on an existing member replaces its value, so a value the client put under one of
+    these keys is overwritten, never duplicated.
+    """
+    if not entries:
+        return []
+    if not isinstance(current, Mapping):
+        return [{"op": "add", "path": pointer(*at), "value": dict(entries)}]
+    return [{"op": "add", "path": pointer(*at, k), "value": v} for k, v in entries.items()]
+
+
+def remove_entries(current: Any, at: Sequence[str], keys: Iterable[str]) -> list[Op]:
+    """Remove the map entries that exist; `remove` of a missing member would fail the patch."""
+    if not isinstance(current, Mapping):
+        return []
+    return [{"op": "remove", "path": pointer(*at, k)} for k in keys if k in current]
+
+
+def append_items(current: Any, at: Sequence[str], items: Sequence[Any]) -> list[Op]:
+    """Append to the list at `at`, creating it if it is missing or null."""
+    if not items:
+        return []
+    if not isinstance(current, list):
+        return [{"op": "add", "path": pointer(*at), "value": list(items)}]
+    return [{"op": "add", "path": pointer(*at, "-"), "value": item} for item in items]

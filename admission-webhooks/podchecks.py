@@ -1,0 +1,95 @@
+"""Checks of a pod at creation, after mutation, composed into one validating review (pure).
+
+Each check looks at the final pod (gates included) and returns the rules it breaks, each as
+one sentence that names the gate and the rule; the review denies with all of them, so a
+user fixes everything in one round. New checks (bands, team quota) are appended to
+`POD_CHECKS` without touching the others.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Final
+
+from pilotfish.gates import is_pilotfish_gate, scheduling_gates
+from pilotfish.names import GATE_PREFIX
+from pilotfish.webhooks.gateview import GateView, PolicyEntry, gate_prefix
+
+
+@dataclass(frozen=True)
+class PodAdmission:
+    """One pod being created, and everything a check may consult about it."""
+
+    namespace: str
+    pod: Mapping[str, Any]
+    view: GateView
+
+    @cached_property
+    def labels(self) -> dict[str, str]:
+        return dict((self.pod.get("metadata") or {}).get("labels") or {})
+
+    @cached_property
+    def gates(self) -> list[str]:
+        return scheduling_gates(self.pod)
+
+    @cached_property
+    def selecting(self) -> tuple[PolicyEntry, ...]:
+        return self.view.selecting(self.namespace, self.labels)
+
+
+PodCheck = Callable[[PodAdmission], list[str]]
+
+
+def _listing(noun: str, items: list[str]) -> str:
+    return f"{noun} {items[0]}" if len(items) == 1 else f"{noun}s {', '.join(items)}"
+
+
+def undeclared_pilotfish_gates(pod: PodAdmission) -> list[str]:
+    """Gates under gates.pilotfish.io/ come only from GatePolicies that select the pod.
+
+    Otherwise anyone could hold a pod with a gate the controller has no terms for (no
+    condition, no deadline): a silent stall, the failure gated release must never have.
+    """
+    declared = {g.name for p in pod.selecting for g in p.spec.gates}
+    undeclared = [g for g in pod.gates if is_pilotfish_gate(g) and g not in declared]
+    if not undeclared:
+        return []
+    verb = "is" if len(undeclared) == 1 else "are"
+    return [
+        f"{_listing('gate', undeclared)} {verb} not declared by any GatePolicy in namespace "
+        f"{pod.namespace} that selects this pod (only GatePolicies may set {GATE_PREFIX} gates)"
+    ]
+
+
+def foreign_prefixes(pod: PodAdmission) -> list[str]:
+    """A gate prefix claimed by GatePolicies of other namespaces only belongs to them.
+
+    That tenant's release controller removes gates under its prefix; a pod of another
+    namespace carrying one would be released (or held) by a controller it does not own.
+    gates.pilotfish.io/ is every namespace's and is judged by `undeclared_pilotfish_gates`.
+    """
+    by_prefix: dict[str, list[str]] = defaultdict(list)
+    for gate in pod.gates:
+        if not is_pilotfish_gate(gate):
+            by_prefix[gate_prefix(gate)].append(gate)
+    out = []
+    for prefix, gates in by_prefix.items():
+        owners = pod.view.claimants(gates[0])
+        if not owners or pod.namespace in owners:
+            continue
+        out.append(
+            f"namespace {pod.namespace} may not use gate prefix {prefix} "
+            f"({_listing('gate', gates)}): it belongs to GatePolicies in "
+            f"{_listing('namespace', sorted(owners))}"
+        )
+    return out
+
+
+POD_CHECKS: Final[tuple[PodCheck, ...]] = (undeclared_pilotfish_gates, foreign_prefixes)
+
+
+def violations(pod: PodAdmission, checks: tuple[PodCheck, ...] = POD_CHECKS) -> list[str]:
+    return [v for check in checks for v in check(pod)]

@@ -58,17 +58,23 @@ class GatePlan:
         return bool(self.records)
 
 
-def plan(pod: Mapping[str, Any], policies: Sequence[PolicyEntry], now: datetime) -> GatePlan:
+def plan(
+    pod: Mapping[str, Any],
+    policies: Sequence[PolicyEntry],
+    now: datetime,
+    extra: Mapping[str, GateRecord] | None = None,
+) -> GatePlan:
     """The gates of `policies` (already filtered to those selecting the pod, by name).
 
     Gates the client already set are kept and not added twice. When two policies declare
     the same gate, the first by name wins and the pod's creator is warned, because only one
-    set of terms can govern one gate.
+    set of terms can govern one gate. `extra` are gates Pilotfish itself puts on the pod
+    (the quota gate), with their terms.
     """
     present = scheduling_gates(pod)
-    records: dict[str, GateRecord] = {}
+    records: dict[str, GateRecord] = dict(extra or {})
     declared_by: dict[str, str] = {}
-    add: list[str] = []
+    add: list[str] = [name for name in records if name not in present]
     warnings: list[str] = []
     for policy in policies:
         for gate in policy.spec.gates:

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Final
 
-from pilotfish.gates import is_pilotfish_gate, scheduling_gates
+from pilotfish.gates import is_pilotfish_gate, read_record, scheduling_gates
 from pilotfish.names import GATE_PREFIX
 from pilotfish.webhooks.gateview import GateView, PolicyEntry, gate_prefix
+from pilotfish.webhooks.quota import QUOTA_GATE
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ def undeclared_pilotfish_gates(pod: PodAdmission) -> list[str]:
     condition, no deadline): a silent stall, the failure gated release must never have.
     """
     declared = {g.name for p in pod.selecting for g in p.spec.gates}
+    record = read_record(pod.pod)
+    if record is not None and QUOTA_GATE in record.gates:
+        declared.add(QUOTA_GATE)  # put there by the quota rule of the mutating webhook
     undeclared = [g for g in pod.gates if is_pilotfish_gate(g) and g not in declared]
     if not undeclared:
         return []

@@ -12,6 +12,7 @@ informer-backed cache and the clock. Until the cache has synced, pod reviews are
 """
 
 import asyncio
+import inspect
 import logging
 import ssl
 import time
@@ -28,30 +29,55 @@ from pilotfish.webhooks import pods, workloads
 from pilotfish.webhooks.admission import Decision, build_response, parse_review
 from pilotfish.webhooks.gatecache import Clock, GatePolicyCache, StaticViews, ViewSource, utc_now
 from pilotfish.webhooks.gateview import GateView
+from pilotfish.webhooks.teamview import TeamCache, TeamSnapshot, TeamSource
 
 log = logging.getLogger(__name__)
 
 # An UPDATE carries the object and the old object; a Pod may be up to ~1.5 MB in etcd.
 MAX_BODY_BYTES: Final = 8 * 1024 * 1024
 
-Review = Callable[[Mapping[str, Any]], Decision]
+Review = Callable[[Mapping[str, Any]], Decision | Awaitable[Decision]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def bind_reviews(views: ViewSource, clock: Clock = utc_now) -> dict[str, Review]:
-    """Path -> review, the pod reviews bound to a GatePolicy view and a clock.
+def bind_reviews(
+    views: ViewSource,
+    clock: Clock = utc_now,
+    teams: TeamSource | None = None,
+    scheduler_name: str | None = None,
+) -> dict[str, Review]:
+    """Path -> review, the pod reviews bound to their views, the clock and the reservation.
 
     The path is also the `webhook` metric label and must match the chart's
     MutatingWebhookConfiguration / ValidatingWebhookConfiguration `clientConfig.service.path`.
+    `teams` None: no bands or quotas (tests and tools without a cluster).
     """
 
-    def mutate_pods(request: Mapping[str, Any]) -> Decision:
-        view = views.snapshot()
-        return pods.starting() if view is None else pods.mutate(request, view, clock())
+    def team_snapshot() -> TeamSnapshot | None:
+        return TeamSnapshot() if teams is None else teams.snapshot()
 
-    def validate_pods(request: Mapping[str, Any]) -> Decision:
-        view = views.snapshot()
-        return pods.starting() if view is None else pods.validate(request, view)
+    def mutate_pods(request: Mapping[str, Any]) -> Decision:
+        view, team = views.snapshot(), team_snapshot()
+        if view is None or team is None:
+            return pods.starting()
+        return pods.mutate(request, view, clock(), team, scheduler_name)
+
+    async def validate_pods(request: Mapping[str, Any]) -> Decision:
+        view, team = views.snapshot(), team_snapshot()
+        if view is None or team is None:
+            return pods.starting()
+        checked = pods.validate(request, view, team)
+        if not checked.allowed:
+            return checked
+        now = clock()
+        verdict = pods.quota_verdict(request, team, now)
+        if isinstance(verdict, Decision):
+            return verdict
+        assert teams is not None  # only a team view yields reservations
+        refused = await teams.reserve(
+            verdict.pod, verdict.namespace_labels, verdict.band, verdict.admit, now
+        )
+        return Decision.allow() if refused is None else Decision.deny(refused)
 
     return {
         "/mutate/pods": mutate_pods,
@@ -75,7 +101,8 @@ def _review_handler(path: str, review: Review) -> Handler:
         try:
             admission = parse_review(httpserver.decode_json(await request.read()))
             operation = admission["operation"]
-            decision = review(admission)
+            answered = review(admission)
+            decision = await answered if inspect.isawaitable(answered) else answered
             outcome = decision.label
             answer = build_response(admission["uid"], decision)
             response = httpserver.json_response(httpserver.dumps(answer))
@@ -152,6 +179,7 @@ async def serve(
     *,
     views: ViewSource | None = None,
     clock: Clock = utc_now,
+    scheduler_name: str | None = None,
 ) -> None:
     """Run the webhooks over HTTPS until cancelled.
 
@@ -167,11 +195,17 @@ async def serve(
         return
     api = await api_client(kubeconfig)
     try:
-        cache = GatePolicyCache.watching(Rest(api))
-        app = make_app(bind_reviews(cache, clock), ready=cache.synced)
+        rest = Rest(api)
+        cache = GatePolicyCache.watching(rest)
+        teams = TeamCache(rest)
+        app = make_app(
+            bind_reviews(cache, clock, teams, scheduler_name),
+            ready=lambda: cache.synced() and teams.synced(),
+        )
         await _run_together(
             httpserver.run_until_cancelled(app, host, port, name="webhooks", ssl_context=context),
             _watch(cache),
+            teams.run(),
         )
     finally:
         await api.close()

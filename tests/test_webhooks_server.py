@@ -33,7 +33,7 @@ Client = TestClient[web.Request, web.Application]
 POD: dict[str, Any] = {
     "apiVersion": "v1",
     "kind": "Pod",
-    "metadata": {"name": "web-0", "namespace": "team-a", "labels": {"pilotfish.io/band": "batch"}},
+    "metadata": {"name": "web-0", "namespace": "team-a", "labels": {"app": "web"}},
     "spec": {"containers": [{"name": "web", "image": "nginx"}]},
 }
 

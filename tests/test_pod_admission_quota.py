@@ -1,0 +1,104 @@
+"""Bands and quota composed into the pod reviews (mutate, validate, quota verdict)."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+import jsonpatch
+
+from pilotfish.gates import read_record, scheduling_gates
+from pilotfish.webhooks import pods
+from pilotfish.webhooks.admission import Decision
+from pilotfish.webhooks.gateview import GateView
+from pilotfish.webhooks.quota import QUOTA_GATE
+from pilotfish.webhooks.teamview import TeamSnapshot
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def request(band: str | None, cpu: str = "8", **spec: Any) -> dict[str, Any]:
+    labels = {"app": "x"} if band is None else {"pilotfish.io/band": band}
+    pod = {
+        "metadata": {"name": "p", "namespace": "shop", "uid": "u1", "labels": labels},
+        "spec": {
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}],
+            "priority": 0,
+            **spec,
+        },
+    }
+    return {
+        "uid": "r",
+        "operation": "CREATE",
+        "namespace": "shop",
+        "kind": {"kind": "Pod"},
+        "object": pod,
+    }
+
+
+def team(used: str = "96") -> TeamSnapshot:
+    tq = {
+        "metadata": {"name": "payments", "generation": 2, "resourceVersion": "7"},
+        "spec": {"team": "payments", "bands": {b: {"cpu": "100"} for b in ("production", "batch")}},
+        "status": {"used": {b: {"cpu": used} for b in ("production", "batch")}},
+    }
+    return TeamSnapshot({"shop": {"pilotfish.io/team": "payments"}}, (tq,))
+
+
+def mutated(req: dict[str, Any], snapshot: TeamSnapshot) -> dict[str, Any]:
+    decision = pods.mutate(req, GateView(), NOW, snapshot, "pilotfish-scheduler")
+    assert decision.allowed
+    out: dict[str, Any] = jsonpatch.apply_patch(
+        copy.deepcopy(req["object"]), list(decision.patch or [])
+    )
+    return out
+
+
+def test_batch_over_quota_is_admitted_behind_the_quota_gate_with_its_terms() -> None:
+    pod = mutated(request("batch"), team("96"))
+    assert scheduling_gates(pod) == [QUOTA_GATE]
+    record = read_record(pod)
+    assert record is not None
+    assert record.gates[QUOTA_GATE].condition == {"type": "Quota"}
+    assert record.gates[QUOTA_GATE].on_expiry == "Review"
+    assert pod["spec"]["priorityClassName"] == "pilotfish-batch"
+    assert "priority" not in pod["spec"], "the Priority plugin recomputes it from the class"
+    assert pod["spec"]["schedulerName"] == "pilotfish-scheduler"
+    # ... and the validating review accepts the gate it put there.
+    assert pods.validate({**request("batch"), "object": pod}, GateView(), team("96")).allowed
+
+
+def test_batch_within_quota_gets_its_band_but_no_gate() -> None:
+    pod = mutated(request("batch", cpu="1"), team("96"))
+    assert scheduling_gates(pod) == []
+    assert pod["metadata"]["labels"]["pilotfish.io/band"] == "batch"
+
+
+def test_production_over_quota_is_refused_naming_the_amounts() -> None:
+    pod = mutated(request("production"), team("96"))
+    verdict = pods.quota_verdict({**request("production"), "object": pod}, team("96"), NOW)
+    assert isinstance(verdict, Decision) and not verdict.allowed
+    assert verdict.message == "team payments, production cpu: 96 of 100 used, pod asks 8"
+
+
+def test_production_within_quota_is_admitted_once_reserved() -> None:
+    req = request("production", cpu="2")
+    verdict = pods.quota_verdict({**req, "object": mutated(req, team())}, team(), NOW)
+    assert isinstance(verdict, pods.Reserve)
+    assert verdict.admit.quota_name == "payments" and verdict.band == "production"
+    dry = pods.quota_verdict({**req, "dryRun": True}, team(), NOW)
+    assert isinstance(dry, Decision) and dry.allowed, "a dry run reserves nothing"
+
+
+def test_contradicting_priority_class_is_refused() -> None:
+    req = request("batch", priorityClassName="pilotfish-production")
+    decision = pods.validate(req, GateView(), team())
+    assert not decision.allowed
+    assert "contradicts the pod's band 'batch'" in (decision.message or "")
+
+
+def test_a_pod_outside_any_band_is_left_alone() -> None:
+    req = request(None)
+    assert pods.mutate(req, GateView(), NOW, team()).patch in (None, [], ())
+    assert pods.quota_verdict(req, team(), NOW) == Decision.allow()

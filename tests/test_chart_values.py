@@ -69,6 +69,7 @@ _KNOWN = {
     "minimum",
     "maximum",
     "minLength",
+    "maxLength",
     "pattern",
 }
 
@@ -98,6 +99,8 @@ def _mini_errors(
     if isinstance(value, str):
         if len(value) < schema.get("minLength", 0):
             yield f"{path}: {value!r} is too short"
+        if len(value) > schema.get("maxLength", len(value)):
+            yield f"{path}: {value!r} is too long"
         if "pattern" in schema and not re.search(schema["pattern"], value):
             yield f"{path}: {value!r} does not match {schema['pattern']}"
     if isinstance(value, list) and "items" in schema:

@@ -1,0 +1,96 @@
+"""What every benchmark shares: its own local control plane, percentiles, bounded fan-out.
+
+A benchmark owns its cluster (a temporary state directory, ports shifted away from a
+developer's `make demo` cluster and the e2e suites) so that its numbers are not disturbed by
+leftovers, and prints exactly one JSON object on stdout: the harness (`make bench`) and the
+issue notes read that object, everything else goes to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from pilotfish.kube.rest import NAMESPACES, ApiError, Rest
+
+T = TypeVar("T")
+
+
+def log(message: str) -> None:
+    """Progress for the person watching; stdout is kept for the one JSON object."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100), nearest-rank: a value that was actually observed."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def rounded(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+async def bounded(
+    items: Iterable[T], concurrency: int, fn: Callable[[T], Awaitable[Any]]
+) -> list[Any]:
+    """Run `fn` over `items` with at most `concurrency` calls in flight; results in order."""
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(item: T) -> Any:
+        async with sem:
+            return await fn(item)
+
+    return list(await asyncio.gather(*(one(i) for i in items)))
+
+
+async def wait_for(
+    what: str, check: Callable[[], Awaitable[bool]], within: float, interval: float = 0.5
+) -> None:
+    """Poll an async check until it holds; a benchmark that cannot set up says what failed."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(interval)
+    raise TimeoutError(f"timed out after {within:.0f}s waiting for {what}")
+
+
+async def create_namespace(rest: Rest, name: str, labels: dict[str, str]) -> None:
+    await rest.create(
+        NAMESPACES.path(),
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}},
+    )
+
+
+async def delete_namespace(rest: Rest, name: str, within: float = 300) -> None:
+    """Delete a namespace and wait until it is gone, so the next phase runs on a quiet cluster."""
+    try:
+        await rest.delete(NAMESPACES.path(name=name))
+    except ApiError as e:
+        if not e.not_found:
+            raise
+
+    async def gone() -> bool:
+        try:
+            await rest.get(NAMESPACES.path(name=name))
+        except ApiError as e:
+            if e.not_found:
+                return True
+            raise
+        return False
+
+    await wait_for(f"namespace {name} to be deleted", gone, within)
+
+
+def emit(result: dict[str, Any]) -> None:
+    """The one JSON object on stdout."""
+    print(json.dumps(result, indent=2, sort_keys=False))

@@ -1,16 +1,26 @@
 """`make demo`: the local control plane, Pilotfish installed by its chart, an example of each kind.
 
-Prints what a person needs to look around afterwards: a status table, the KUBECONFIG line and
-how to stop it. Later capabilities extend it with their own scenarios.
+Then short scenarios, each showing one capability on the real control plane, and what a
+person needs to look around afterwards: a status table, the KUBECONFIG line, how to stop.
 """
 
 from __future__ import annotations
 
+import datetime
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from kubernetes import client as k8s
+
+from pilotfish import names
 from pilotfish.devcluster import binaries, cluster
 from pilotfish.devcluster.components import Layout
+
+NAMESPACE = "team-payments"
+SIGNAL = "warehouse-export"
 
 
 def examples_dir() -> Path:
@@ -29,6 +39,109 @@ def kubectl(layout: Layout, *args: str) -> str:
     return res.stdout
 
 
+def show(text: str) -> None:
+    print("    " + text.rstrip().replace("\n", "\n    "))
+
+
+def wait(what: str, check: Callable[[], bool], timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"demo: timed out waiting for {what}")
+
+
+def ledger_pod(i: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"ledger-{i}", "labels": {"app": "ledger", names.LABEL_BAND: "batch"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "task",
+                    "image": "registry.example/payments/ledger:2.3",
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                }
+            ],
+        },
+    }
+
+
+def gated_release(layout: Layout) -> None:
+    """A gated batch: pods created now, held from the scheduler, released by a signal."""
+    api = cluster.api_client(layout)
+    core = k8s.CoreV1Api(api)
+    custom = k8s.CustomObjectsApi(api)
+    print("==> gated release: 5 ledger pods wait for the warehouse export signal")
+
+    def policy_seen() -> bool:  # admission reads GatePolicies from a watch: let it catch up
+        probe = core.create_namespaced_pod(NAMESPACE, ledger_pod(0), dry_run="All")
+        return bool(probe.spec.scheduling_gates)
+
+    wait("GatePolicy ledger-inputs visible to admission", policy_seen)
+    for i in range(5):
+        core.create_namespaced_pod(NAMESPACE, ledger_pod(i))
+    show(
+        kubectl(
+            layout,
+            "get",
+            "pods",
+            "-n",
+            NAMESPACE,
+            "-l",
+            "app=ledger",
+            "-o",
+            "custom-columns=POD:.metadata.name,GATES:.spec.schedulingGates[*].name,"
+            "NODE:.spec.nodeName",
+        )
+    )
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    print(f"==> the export finishes: GateSignal {SIGNAL} turns Ready")
+    custom.patch_namespaced_custom_object_status(
+        names.GROUP,
+        names.VERSION,
+        NAMESPACE,
+        "gatesignals",
+        SIGNAL,
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "ExportDone",
+                        "message": "export complete",
+                        "lastTransitionTime": now,
+                    }
+                ]
+            }
+        },
+    )
+
+    def released() -> bool:
+        pods = core.list_namespaced_pod(NAMESPACE, label_selector="app=ledger").items
+        return len(pods) == 5 and all(
+            not p.spec.scheduling_gates and p.status.phase in ("Running", "Succeeded") for p in pods
+        )
+
+    wait("the ledger pods released and running", released)
+    show(
+        kubectl(
+            layout,
+            "get",
+            "pods",
+            "-n",
+            NAMESPACE,
+            "-l",
+            "app=ledger",
+            "-o",
+            "custom-columns=POD:.metadata.name,PHASE:.status.phase,"
+            "NODE:.spec.nodeName,PRIORITY:.spec.priorityClassName",
+        )
+    )
+
+
 def run(state: Path, nodes: int = cluster.DEFAULT_NODES) -> int:
     print(f"==> starting the local control plane and Pilotfish ({state})")
     layout = cluster.up(state, cluster.ClusterSpec(nodes=nodes))
@@ -37,19 +150,22 @@ def run(state: Path, nodes: int = cluster.DEFAULT_NODES) -> int:
     for name, c in st["components"].items():
         print(f"    {name:<26} pid {c['pid']!s:<8} {'healthy' if c['healthy'] else 'NOT HEALTHY'}")
     print(f"    ready kwok nodes: {st.get('readyNodes')}")
-    print(
-        kubectl(layout, "get", "nodes", "-L", "topology.kubernetes.io/zone", "--no-headers")
-        .rstrip()
-        .replace("\n", "\n    ")
-        .join(("    ", ""))
-    )
+    show(kubectl(layout, "get", "nodes", "-L", "topology.kubernetes.io/zone", "--no-headers"))
     print("==> applying examples/ (one of each Pilotfish kind)")
-    print(kubectl(layout, "apply", "-f", str(examples_dir())).rstrip())
+    show(kubectl(layout, "apply", "-f", str(examples_dir())))
+    if not _has_pods(layout, "app=ledger"):
+        gated_release(layout)
     print("==> kubectl get pilotfish -A")
-    print(kubectl(layout, "get", "pilotfish", "-A").rstrip())
+    show(kubectl(layout, "get", "pilotfish", "-A"))
     print("\nUse it:")
     for line in cluster.env_lines(state):
         print(f"    {line}")
-    print("    kubectl get pilotfish -A; kubectl explain serviceworkload.spec.strategy")
+    print("    kubectl get pilotfish -A; kubectl pilotfish gates -A; kubectl pilotfish why POD")
     print(f"Stop it:\n    make down    (or: pilotfish dev down --state {state})")
     return 0
+
+
+def _has_pods(layout: Layout, selector: str) -> bool:
+    """The demo's scenarios ran already on this cluster (a second `make demo`)."""
+    core = k8s.CoreV1Api(cluster.api_client(layout))
+    return bool(core.list_namespaced_pod(NAMESPACE, label_selector=selector).items)

@@ -1,64 +1,482 @@
-"""Placement decisions: pure functions from a pod and candidate nodes to an answer.
+"""Placement decisions: pure functions from a pod, the snapshot and candidate nodes to an answer.
 
-This is where filtering ("no node in zone b has 8 free GPUs"), scoring (spread production,
-pack batch) and preemption policy (never preempt production) will live. Kept apart from
-HTTP and from the wire format so that each rule is a unit test on plain values, and so the
-handler can stay within the scheduler's millisecond budget: nothing here may do I/O, read
-the clock or allocate per node more than the answer needs.
+Kept apart from HTTP and from the wire format so each rule is a unit test on plain values,
+and so the handler stays within the scheduler's millisecond budget: nothing here does I/O
+or reads the clock, and the per-node work is a dict lookup and a few integer comparisons
+against aggregates the snapshot keeps current.
 
-Today every function is the neutral answer: every node passes, every node scores the same,
-the scheduler's proposed victims stand.
+Filter: only what kube-scheduler's own plugins do not check, or check without saying where.
+- machine class: the pod's `pilotfish.io/machine-class` (annotation, else label) must equal
+  the node's `node.kubernetes.io/instance-type`; unresolvable (evicting pods cannot change a
+  node's hardware);
+- GPUs: `nvidia.com/gpu` requested vs free on the node; unresolvable when the node has fewer
+  GPUs than asked even empty;
+- batch capacity: a batch or best-effort pod's CPU and memory vs what the node still offers
+  as `batch.pilotfish.io/cpu` (millicores) and `batch.pilotfish.io/memory` (bytes), when the
+  node advertises them (no reclaim on a node: no check). A pod that requests the batch
+  resource itself is left to the scheduler's own resource fit, which already counts it.
+Nodes the snapshot does not know yet pass: the scheduler's own filters still apply to them,
+and a lagging snapshot must not make a new node unusable.
+
+One reason per failed node ("node kwok-zone-b-3 in zone-b has 4 free GPUs, pod asks 8").
+When every candidate fails, every failed node carries the same summary instead, grouped by
+cause and zone ("no node in zone-b has 8 free GPUs (nvidia.com/gpu): 3 have 4, 1 is full"):
+kube-scheduler counts identical reasons, so the pod's PodScheduled message shows that one
+sentence once ("0/12 nodes are available: 12 no node in zone-b has ...") instead of a line
+per node. The answer's `Error` stays empty: an error would make kube-scheduler (ignorable)
+skip the extender and place the pod anyway.
+
+Note: kube-scheduler runs its own filters first and calls the extender only with the nodes
+that passed. Its NodeResourcesFit also counts `nvidia.com/gpu`, so with the shipped
+configuration a GPU shortage is reported by it ("Insufficient nvidia.com/gpu", no zone)
+before the extender is asked. For the zone-grouped GPU message the scheduler configuration
+needs a second entry for this extender: `filterVerb: filter`, `ignorable: false`,
+`managedResources: [{name: nvidia.com/gpu, ignoredByScheduler: true}]`. kube-scheduler then
+drops GPUs from its own fit in every profile and asks that entry for GPU pods only, and
+non-ignorably, so a down extender makes GPU pods wait instead of overcommitting GPUs
+(e2e/test_extender.py runs a scheduler configured so). Machine class and batch capacity
+have no in-tree twin: their summaries reach the pod with the shipped configuration.
+
+Prioritize (scores 0..10, clamped by the wire encoder, multiplied by the extender weight):
+- production: spread a workload's replicas over zones, then nodes: the fewest replicas of the
+  same workload (`pilotfish.io/workload`, else the pod's controller) in the node's zone, then
+  on the node, then the fuller node;
+- batch and best-effort: pack, the node most allocated (mean of CPU and memory fractions
+  with the pod added) first.
+Exactly one node (the best by those keys, ties by name) gets 10 and every other node at most
+9. That single clear winner keeps kube-scheduler's own scores (LeastAllocated spreads, the
+opposite of packing) from undoing the preference, and it is what lets the snapshot assume
+the pod lands there before the binding arrives (see `snapshot`).
+
+Preempt: kube-scheduler proposes candidate nodes, each with the victims it would evict.
+- never evict production: a node whose victims include a production pod is dropped, and so
+  is a node with a victim the snapshot does not know (it may be a production pod bound a
+  moment ago; refusing costs a retry, guessing wrong costs a production pod);
+- among the rest: fewest disruption-budget violations, then fewest victims, then the lowest
+  bands (highest victim band first, then the sum), then the most recently started (the
+  least work lost), then by name; only that one node is returned, with the scheduler's own
+  victim list for it (which it computed to be the minimal set that makes the pod fit).
+The 10 s grace of a batch victim is a property of the victim pod
+(`terminationGracePeriodSeconds`, honoured by the scheduler's eviction): the extender
+answers with UIDs only and cannot set it. The webhooks and the batch operator set it on
+batch pods (their own issue).
+
+Large pods and starvation: rely on kube-scheduler's nominated node, no aging term. A
+score only ranks nodes the pod already fits on, so aging in prioritize cannot help a pod
+that fits nowhere, which is what starving means. A large pod of a higher band preempts:
+it gets `status.nominatedNodeName`, and from then on the scheduler counts it on that node
+when filtering every pod of lower or equal priority, so small pods cannot take the room its
+victims free. Within one band (no preemption between equal priorities) the queue orders by
+priority, then by the time a pod entered it, and batch packing keeps whole nodes empty for
+large pods instead of leaving every node a little used. An aging bonus would also make
+scores depend on the clock and break the one-clear-winner property above.
 """
+
+from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
-from pilotfish.extender.wire import MetaVictims
+from pilotfish import names
+from pilotfish.extender import resources
+from pilotfish.extender.resources import BAND_RANK, CPU, GPU, MEMORY, PRODUCTION
+from pilotfish.extender.snapshot import NodeState, Snapshot
+from pilotfish.extender.wire import MAX_EXTENDER_PRIORITY, MetaVictims
+
+# Filter causes (also the `cause` label of pilotfish_extender_rejected_nodes_total).
+MACHINE_CLASS: Final = "machine_class"
+GPUS: Final = "gpu"
+BATCH_CPU: Final = "batch_cpu"
+BATCH_MEMORY: Final = "batch_memory"
+CAUSES: Final = (MACHINE_CLASS, GPUS, BATCH_CPU, BATCH_MEMORY)
+
+# Preemption vetoes (the `cause` label of pilotfish_extender_preemption_vetoes_total).
+VETO_PRODUCTION: Final = "production_victim"
+VETO_UNKNOWN: Final = "unknown_victim"
+
+# How many groups a summary names before it says "and N more".
+MAX_ZONES: Final = 6
+MAX_BUCKETS: Final = 3
+
+# Below the single winner: 9 at best, 3 points per zone step and 1 per node step.
+_RUNNER_UP: Final = MAX_EXTENDER_PRIORITY - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """The pod being placed, reduced once per call to what the rules read."""
+
+    uid: str
+    band: str
+    workload: str | None
+    machine_class: str | None
+    cpu: int
+    memory: int
+    gpu: int
+    # True when the pod itself requests batch.pilotfish.io/*: the scheduler counts it then.
+    asks_batch_cpu: bool
+    asks_batch_memory: bool
+
+    @property
+    def production(self) -> bool:
+        return self.band == PRODUCTION
+
+
+def incoming(pod: Mapping[str, Any]) -> Incoming:
+    requests = resources.pod_requests(pod.get("spec") or {})
+    return Incoming(
+        uid=str((pod.get("metadata") or {}).get("uid") or ""),
+        band=resources.band(pod),
+        workload=resources.workload(pod),
+        machine_class=resources.machine_class(pod),
+        cpu=requests.get(CPU, 0),
+        memory=requests.get(MEMORY, 0),
+        gpu=requests.get(GPU, 0),
+        asks_batch_cpu=names.BATCH_CPU in requests,
+        asks_batch_memory=names.BATCH_MEMORY in requests,
+    )
+
+
+# --- filter ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class FilterResult:
     """Nodes that pass, and why the others do not.
 
-    `unresolvable` is for failures preemption cannot fix (wrong zone, missing GPU model),
-    so the scheduler does not evict pods on those nodes in vain.
+    `unresolvable` is for failures preemption cannot fix (wrong machine class, too few GPUs
+    even on an empty node), so the scheduler does not evict pods on those nodes in vain.
     """
 
     passing: Sequence[str]
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
+    causes: dict[str, int] = field(default_factory=dict)  # rejected nodes per cause
 
 
-def filter_nodes(pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterResult:
-    """Every candidate passes until placement rules exist.
+@dataclass(slots=True)
+class Failure:
+    """Why one node fails: the cause, what it has (free amount or machine class) and
+    whether preemption could ever change that. (Not frozen: a frozen dataclass is slower
+    to build, and one is built per failed node per call.)"""
 
-    Returns the caller's sequence itself rather than a copy: with thousands of nodes the
-    copy would be the most expensive thing the handler does.
+    cause: str
+    node: NodeState
+    have: int | str
+    unresolvable: bool
+
+
+def fmt_cpu(millis: int) -> str:
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def fmt_bytes(value: int) -> str:
+    for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if value >= size:
+            amount = value / size
+            return f"{amount:.0f}{unit}" if value % size == 0 else f"{amount:.1f}{unit}"
+    return str(value)
+
+
+def _check_batch(pod: Incoming, state: NodeState) -> Failure | None:
+    if (
+        state.batch_cpu is not None
+        and not pod.asks_batch_cpu
+        and state.batch_cpu - state.used_batch_cpu < pod.cpu
+    ):
+        free = max(state.batch_cpu - state.used_batch_cpu, 0)
+        return Failure(BATCH_CPU, state, free, state.batch_cpu < pod.cpu)
+    if (
+        state.batch_memory is not None
+        and not pod.asks_batch_memory
+        and state.batch_memory - state.used_batch_memory < pod.memory
+    ):
+        free = max(state.batch_memory - state.used_batch_memory, 0)
+        return Failure(BATCH_MEMORY, state, free, state.batch_memory < pod.memory)
+    return None
+
+
+def node_reason(pod: Incoming, failure: Failure) -> str:
+    """One failed node, in words: which node, where, what it has, what the pod asks."""
+    node = failure.node
+    where = node.where
+    if failure.cause == MACHINE_CLASS:
+        have = failure.have or "(unlabelled)"
+        return f"{where} is machine class {have}, pod asks {pod.machine_class}"
+    if failure.cause == GPUS:
+        if node.alloc_gpu == 0:
+            return f"{where} has no GPUs, pod asks {pod.gpu}"
+        return f"{where} has {failure.have} free GPUs, pod asks {pod.gpu}"
+    if failure.cause == BATCH_CPU:
+        have = fmt_cpu(int(failure.have))
+        return f"{where} has {have} {names.BATCH_CPU} free, pod asks {fmt_cpu(pod.cpu)} CPU"
+    have = fmt_bytes(int(failure.have))
+    return f"{where} has {have} {names.BATCH_MEMORY} free, pod asks {fmt_bytes(pod.memory)}"
+
+
+def _count(n: int, singular: str, plural: str, what: str) -> str:
+    return f"{n} {singular if n == 1 else plural} {what}"
+
+
+def _buckets(pod: Incoming, cause: str, failures: Sequence[Failure]) -> str:
+    """`3 have 4, 1 is full`: nodes of one zone grouped by what they have, best first."""
+    groups: dict[int | str, int] = {}
+    for f in failures:
+        have: int | str = f.have
+        if cause == GPUS and f.node.alloc_gpu == 0:
+            have = "none"
+        groups[have] = groups.get(have, 0) + 1
+
+    def order(item: tuple[int | str, int]) -> tuple[int, int | str]:
+        have, count = item
+        if cause == MACHINE_CLASS:
+            return (-count, str(have))
+        if isinstance(have, int) and have > 0:
+            return (0, -have)
+        return (1, str(have))
+
+    ordered = sorted(groups.items(), key=order)
+    parts = []
+    for have, count in ordered[:MAX_BUCKETS]:
+        if cause == MACHINE_CLASS:
+            parts.append(_count(count, "is", "are", str(have) or "unlabelled"))
+        elif have == "none":
+            parts.append(_count(count, "has", "have", "none"))
+        elif have == 0:
+            parts.append(_count(count, "is", "are", "full"))
+        elif cause == GPUS:
+            parts.append(_count(count, "has", "have", str(have)))
+        elif cause == BATCH_CPU:
+            parts.append(_count(count, "has", "have", fmt_cpu(int(have))))
+        else:
+            parts.append(_count(count, "has", "have", fmt_bytes(int(have))))
+    rest = sum(count for _, count in ordered[MAX_BUCKETS:])
+    if rest:
+        parts.append(_count(rest, "has", "have", "less"))
+    return ", ".join(parts)
+
+
+def _need(pod: Incoming, cause: str) -> str:
+    if cause == MACHINE_CLASS:
+        return f"is machine class {pod.machine_class} ({resources.LABEL_INSTANCE_TYPE})"
+    if cause == GPUS:
+        return f"has {pod.gpu} free GPUs ({GPU})"
+    if cause == BATCH_CPU:
+        return f"has {fmt_cpu(pod.cpu)} CPU free in {names.BATCH_CPU}"
+    return f"has {fmt_bytes(pod.memory)} free in {names.BATCH_MEMORY}"
+
+
+def _zone_list(zones: Sequence[str]) -> str:
+    if len(zones) == 1:
+        return zones[0]
+    if len(zones) <= 4:
+        return ", ".join(zones[:-1]) + " or " + zones[-1]
+    return f"any of {len(zones)} zones"
+
+
+def summarize(pod: Incoming, failures: Sequence[Failure]) -> str:
+    """Every candidate failed: one short sentence per cause, grouped by zone, that says what
+    to change ("no node in zone-b has 8 free GPUs (nvidia.com/gpu): 3 have 4, 1 is full")."""
+    by_cause: dict[str, dict[str, list[Failure]]] = {}
+    for f in failures:
+        by_cause.setdefault(f.cause, {}).setdefault(f.node.zone or "(no zone)", []).append(f)
+    sentences = []
+    for cause in CAUSES:
+        zones = by_cause.get(cause)
+        if not zones:
+            continue
+        names_ = sorted(zones)
+        head = f"no node in {_zone_list(names_)} {_need(pod, cause)}"
+        if len(names_) == 1:
+            sentences.append(f"{head}: {_buckets(pod, cause, zones[names_[0]])}")
+            continue
+        shown = [f"{z}: {_buckets(pod, cause, zones[z])}" for z in names_[:MAX_ZONES]]
+        if len(names_) > MAX_ZONES:
+            shown.append(f"and {len(names_) - MAX_ZONES} more zones")
+        sentences.append(f"{head}: " + "; ".join(shown))
+    return "; ".join(sentences)
+
+
+def filter_nodes(pod: Incoming, snap: Snapshot, node_names: Sequence[str]) -> FilterResult:
+    """Split candidates into passing and failed, with a reason for every failed node.
+
+    Most pods ask for no machine class, no GPU and no batch capacity; for them this returns
+    the caller's sequence itself without looking at a node.
     """
-    del pod
-    return FilterResult(node_names)
+    gpu = pod.gpu > 0
+    batch = (
+        not pod.production
+        and snap.batch_nodes > 0
+        and (
+            (pod.cpu > 0 and not pod.asks_batch_cpu)
+            or (pod.memory > 0 and not pod.asks_batch_memory)
+        )
+    )
+    if pod.machine_class is None and not gpu and not batch:
+        return FilterResult(node_names)
+    get = snap.nodes.get
+    wanted_class = pod.machine_class
+    gpus = pod.gpu
+    passing: list[str] = []
+    failures: list[Failure] = []
+    # The checks are inlined (not a function per node): at 500 nodes a call per node is
+    # a measurable share of the scheduler's budget.
+    for name in node_names:
+        state = get(name)
+        if state is None or not state.present:
+            passing.append(name)
+        elif wanted_class is not None and state.machine_class != wanted_class:
+            failures.append(Failure(MACHINE_CLASS, state, state.machine_class, True))
+        elif gpu and state.alloc_gpu - state.used_gpu < gpus:
+            free = state.alloc_gpu - state.used_gpu
+            failures.append(Failure(GPUS, state, free if free > 0 else 0, state.alloc_gpu < gpus))
+        elif batch and (failure := _check_batch(pod, state)) is not None:
+            failures.append(failure)
+        else:
+            passing.append(name)
+    if not failures:
+        return FilterResult(node_names)
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    causes: dict[str, int] = {}
+    summary = summarize(pod, failures) if not passing else None
+    for f in failures:
+        (unresolvable if f.unresolvable else failed)[f.node.name] = summary or node_reason(pod, f)
+        causes[f.cause] = causes.get(f.cause, 0) + 1
+    return FilterResult(passing, failed, unresolvable, causes)
 
 
-def score_nodes(pod: Mapping[str, Any], node_names: Sequence[str]) -> Sequence[int]:
-    """One score per node, in `node_names` order; today neutral, so in-tree plugins rank.
+# --- prioritize -------------------------------------------------------------------------
 
-    A parallel list rather than (name, score) pairs saves a tuple per node per call.
-    Scores may fall outside 0..10; the wire encoder clamps them, so scoring rules can be
-    written as plain arithmetic.
+
+@dataclass(frozen=True, slots=True)
+class Scores:
+    """One score per candidate, in order, and the single node that got the top score."""
+
+    scores: list[int]
+    best: str | None
+
+
+def score_nodes(pod: Incoming, snap: Snapshot, node_names: Sequence[str]) -> Scores:
+    if pod.production:
+        return _spread(pod, snap, node_names)
+    return _pack(pod, snap, node_names)
+
+
+def _spread(pod: Incoming, snap: Snapshot, node_names: Sequence[str]) -> Scores:
+    """Fewest replicas in the zone, then on the node, then fuller: 10 for the best node,
+    then 9 minus 3 per extra replica in the zone and 1 per extra replica on the node.
+
+    Written as one lean loop (no per-node tuples, calls or generator expressions): this is
+    the production path and runs for every replica over up to every node.
     """
-    del pod
-    return [0] * len(node_names)
+    get = snap.nodes.get
+    per_node = snap.workload_nodes.get(pod.workload) if pod.workload is not None else None
+    states = [get(name) for name in node_names]
+    known = [s for s in states if s is not None and s.present]
+    if not known:
+        return Scores([0] * len(node_names), None)
+    per_zone = snap.zone_counts(per_node) if per_node else {}
+    if per_node:
+        zmin = min(per_zone.get(zone, 0) for zone in {s.zone for s in known})
+        # More candidates than nodes holding replicas: some candidate holds none.
+        nmin = 0 if len(known) > len(per_node) else min(per_node.get(s.name, 0) for s in known)
+    else:
+        per_node = {}
+        zmin = nmin = 0
+    zget = per_zone.get
+    nget = per_node.get
+    scores = [0] * len(states)
+    best = -1
+    best_dz = best_dn = 1 << 62
+    best_full = -1.0
+    best_name = ""
+    for i, s in enumerate(states):
+        if s is None or not s.present:
+            continue
+        dz = zget(s.zone, 0) - zmin
+        dn = nget(s.name, 0) - nmin
+        scores[i] = _RUNNER_UP - 3 * (dz if dz < 2 else 2) - (dn if dn < 2 else 2)
+        if dz > best_dz or (dz == best_dz and dn > best_dn):
+            continue
+        full = (s.score_cpu * s.inv_cpu + s.score_memory * s.inv_memory) * 0.5
+        if (
+            dz < best_dz
+            or dn < best_dn
+            or full > best_full
+            or (full == best_full and s.name < best_name)
+        ):
+            best, best_dz, best_dn, best_full, best_name = i, dz, dn, full, s.name
+    scores[best] = MAX_EXTENDER_PRIORITY
+    return Scores(scores, node_names[best])
 
 
-def choose_victims(
-    pod: Mapping[str, Any], proposed: Mapping[str, MetaVictims]
-) -> dict[str, MetaVictims]:
-    """Accept the scheduler's proposal, minus nodes that would evict nobody.
+def _pack(pod: Incoming, snap: Snapshot, node_names: Sequence[str]) -> Scores:
+    """Most allocated first (with the pod added): 10 for the fullest, 0..9 by fraction."""
+    nodes = snap.nodes
+    cpu, memory = pod.cpu, pod.memory
+    scores: list[int] = []
+    best = -1
+    best_full = -1.0
+    best_name = ""
+    for i, name in enumerate(node_names):
+        s = nodes.get(name)
+        if s is None or not s.present:
+            scores.append(0)
+            continue
+        # NodeState.fullness, inlined: this loop runs once per candidate per call.
+        full = ((s.score_cpu + cpu) * s.inv_cpu + (s.score_memory + memory) * s.inv_memory) * 0.5
+        full = min(full, 1.0)
+        scores.append(int(full * _RUNNER_UP))
+        if full > best_full or (full == best_full and name < best_name):
+            best, best_full, best_name = i, full, name
+    if best < 0:
+        return Scores(scores, None)
+    scores[best] = MAX_EXTENDER_PRIORITY
+    return Scores(scores, node_names[best])
 
-    kube-scheduler rejects an extender answer with a node that has no victims ("expected
-    at least one victim pod on node") unless the extender is ignorable, so such nodes are
-    dropped rather than passed through.
-    """
-    del pod
-    return {node: victims for node, victims in proposed.items() if victims.pod_uids}
+
+# --- preempt ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """The chosen node and its victims (at most one node), and every vetoed node's cause."""
+
+    victims: dict[str, MetaVictims]
+    vetoed: dict[str, str]
+
+
+def choose_victims(snap: Snapshot, proposed: Mapping[str, MetaVictims]) -> Preemption:
+    """Drop candidates that would evict production (or an unknown pod), keep the best one."""
+    by_uid = snap.by_uid
+    vetoed: dict[str, str] = {}
+    best: str | None = None
+    best_key: tuple[int, int, int, int, float, str] | None = None
+    for node, victims in proposed.items():
+        if not victims.pod_uids:
+            continue  # the scheduler rejects a returned node without victims
+        top = total = 0
+        started = 0.0
+        veto = None
+        for uid in victims.pod_uids:
+            info = by_uid.get(uid)
+            if info is None:
+                veto = VETO_UNKNOWN
+                continue
+            if info.band == PRODUCTION:
+                veto = VETO_PRODUCTION
+                break
+            rank = BAND_RANK[info.band]
+            top = max(top, rank)
+            total += rank
+            started += info.start
+        if veto is not None:
+            vetoed[node] = veto
+            continue
+        key = (victims.num_pdb_violations, len(victims.pod_uids), top, total, -started, node)
+        if best_key is None or key < best_key:
+            best, best_key = node, key
+    chosen = {best: proposed[best]} if best is not None else {}
+    return Preemption(chosen, vetoed)

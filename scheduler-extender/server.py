@@ -2,11 +2,37 @@
 
 The scheduler waits for each call synchronously inside its scheduling cycle (a public
 measurement saw throughput fall from ~991 to ~111 pods/s at 500 nodes behind a slow
-extender), so a handler here only parses, calls a pure function in `decide` and encodes.
-It reads the raw body and uses `json.loads` directly, skips aiohttp's access log, and
-binds its metric children once when the app is built so a call does not look labels up.
+extender), so a handler here only parses, calls a pure function in `decide` against the
+in-memory snapshot and encodes. It reads the raw body and uses `json.loads` directly, skips
+aiohttp's access log, and binds its metric children once when the app is built so a call
+does not look labels up.
+
+When the extender is down, or its snapshot has not synced yet
+----------------------------------------------------------------
+The scheduler configuration (pilotfish/devcluster/components.py and the chart) sets
+`ignorable: true`. Until both informers have listed everything, filter and prioritize answer
+HTTP 503 (outcome `unavailable`); a killed or unreachable extender fails the connection. In
+both cases kube-scheduler logs the error, skips the extender for that pod and goes on with
+its own plugins, so:
+- scheduling continues: no pod in the cluster waits on the extender;
+- what is lost while it is away: production spreading over zones and workload replicas,
+  batch packing, the machine-class and batch-capacity checks and the zone-grouped pending
+  messages; the scheduler's own plugins (resource fit including GPUs, affinity, taints)
+  still hold;
+- preemption stays safe by priority: production's PriorityClass (1,000,000) is above batch
+  (100,000) and best-effort (1,000), and kube-scheduler never evicts a pod of equal or
+  higher priority, so batch cannot preempt production and production cannot preempt
+  production. What the extender adds on top, refusing to evict a pod whose *label* says
+  production while its priority is lower, is lost while it is down;
+- before the snapshot syncs, preempt answers "no candidates" (HTTP 200, empty) rather than
+  an error: an error would make the scheduler preempt without the production veto.
+Coming back needs nothing: the extender lists nodes and pods again and answers as soon as
+it has synced; bindings are made by the scheduler alone, so no pod is bound twice.
 """
 
+from __future__ import annotations
+
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -16,7 +42,10 @@ from aiohttp import web
 
 from pilotfish import httpserver, metrics
 from pilotfish.extender import decide, wire
+from pilotfish.extender.snapshot import Snapshot, SnapshotFeed
 from pilotfish.httpserver import BadRequest
+from pilotfish.kube.client import api_client
+from pilotfish.kube.rest import Rest
 
 log = logging.getLogger(__name__)
 
@@ -24,35 +53,90 @@ log = logging.getLogger(__name__)
 # full-victim-Pod forms the scheduler sends when nodeCacheCapable is false.
 MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 
-OUTCOMES: Final = ("ok", "bad_request", "error")
+OUTCOMES: Final = ("ok", "bad_request", "unavailable", "error")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _Decision = Callable[[Any], bytes]
+Clock = Callable[[], float]
 
 
-def _filter(body: Any) -> bytes:
-    args = wire.parse_extender_args(body)
-    result = decide.filter_nodes(args.pod, args.node_names)
-    return wire.encode_filter_result(args, result.passing, result.failed, result.unresolvable)
+class Unavailable(Exception):
+    """The extender cannot judge yet (snapshot not synced).
+
+    With `answer` set, that answer goes out with HTTP 200 (a safe default, e.g. "preempt
+    nobody"); without, the call fails with 503 and an ignorable extender is skipped.
+    """
+
+    def __init__(self, message: str, answer: bytes | None = None) -> None:
+        super().__init__(message)
+        self.answer = answer
 
 
-def _prioritize(body: Any) -> bytes:
-    args = wire.parse_extender_args(body)
-    scores = decide.score_nodes(args.pod, args.node_names)
-    return wire.encode_host_priorities(args.node_names, scores)
+NOT_SYNCED: Final = "node and pod snapshot not synced yet"
 
 
-def _preempt(body: Any) -> bytes:
-    args = wire.parse_preemption_args(body)
-    return wire.encode_preemption_result(decide.choose_victims(args.pod, args.victims))
+class Extender:
+    """The three verbs over one snapshot; `clock` dates assumed placements (monotonic)."""
+
+    def __init__(self, snapshot: Snapshot, clock: Clock = time.monotonic) -> None:
+        self.snapshot = snapshot
+        self.clock = clock
+        self._rejected = {c: metrics.EXTENDER_REJECTED_NODES.labels(c) for c in decide.CAUSES}
+        self._vetoes = {
+            c: metrics.EXTENDER_PREEMPTION_VETOES.labels(c)
+            for c in (decide.VETO_PRODUCTION, decide.VETO_UNKNOWN)
+        }
+
+    def filter(self, body: Any) -> bytes:
+        args = wire.parse_extender_args(body)
+        if not self.snapshot.synced:
+            raise Unavailable(NOT_SYNCED)
+        result = decide.filter_nodes(decide.incoming(args.pod), self.snapshot, args.node_names)
+        for cause, count in result.causes.items():
+            self._rejected[cause].inc(count)
+        return wire.encode_filter_result(args, result.passing, result.failed, result.unresolvable)
+
+    def prioritize(self, body: Any) -> bytes:
+        args = wire.parse_extender_args(body)
+        snap = self.snapshot
+        if not snap.synced:
+            raise Unavailable(NOT_SYNCED)
+        now = self.clock()
+        snap.expire(now)
+        pod = decide.incoming(args.pod)
+        # The pod's own earlier assumption (a retry) must not count against its own spread.
+        snap.forget(pod.uid)
+        scores = decide.score_nodes(pod, snap, args.node_names)
+        if scores.best is not None:
+            snap.assume(pod.uid, scores.best, pod.workload, pod.cpu, pod.memory, now)
+        return wire.encode_host_priorities(args.node_names, scores.scores)
+
+    def preempt(self, body: Any) -> bytes:
+        args = wire.parse_preemption_args(body)
+        if not self.snapshot.synced:
+            raise Unavailable(NOT_SYNCED, wire.encode_preemption_result({}))
+        result = decide.choose_victims(self.snapshot, args.victims)
+        for node, cause in result.vetoed.items():
+            self._vetoes[cause].inc()
+            log.info(
+                "preemption candidate vetoed",
+                extra={"node": node, "cause": cause, "pod": _pod_name(args.pod)},
+            )
+        return wire.encode_preemption_result(result.victims)
+
+
+def _pod_name(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
 def _instrumented(verb: str, decision: _Decision) -> Handler:
     """Wrap a body-to-answer function with parsing, error mapping, counting and timing.
 
     Outcomes: `ok`; `bad_request` for input that can never succeed (HTTP 400, the
-    scheduler records an extender error); `error` for a bug here (HTTP 500), logged with
-    its traceback since nothing else would show it.
+    scheduler records an extender error); `unavailable` while the snapshot has not synced
+    (503, or a safe 200 answer); `error` for a bug here (HTTP 500), logged with its
+    traceback since nothing else would show it.
     """
     counters = {outcome: metrics.EXTENDER_REQUESTS.labels(verb, outcome) for outcome in OUTCOMES}
     seconds = metrics.EXTENDER_REQUEST_SECONDS.labels(verb)
@@ -68,6 +152,12 @@ def _instrumented(verb: str, decision: _Decision) -> Handler:
             outcome = "bad_request"
             log.warning("bad extender request", extra={"verb": verb, "reason": str(exc)})
             response = httpserver.bad_request(f"{verb}: {exc}")
+        except Unavailable as exc:
+            outcome = "unavailable"
+            if exc.answer is not None:
+                response = httpserver.json_response(exc.answer)
+            else:
+                response = web.Response(status=503, text=f"{verb}: {exc}")
         except web.HTTPException:
             # e.g. 413 from aiohttp's body size limit: already an HTTP answer.
             outcome = "bad_request"
@@ -83,19 +173,59 @@ def _instrumented(verb: str, decision: _Decision) -> Handler:
     return handle
 
 
-def make_app() -> web.Application:
+def make_app(extender: Extender) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY_BYTES)
-    app.router.add_post("/filter", _instrumented("filter", _filter))
-    app.router.add_post("/prioritize", _instrumented("prioritize", _prioritize))
-    app.router.add_post("/preempt", _instrumented("preempt", _preempt))
+    app.router.add_post("/filter", _instrumented("filter", extender.filter))
+    app.router.add_post("/prioritize", _instrumented("prioritize", extender.prioritize))
+    app.router.add_post("/preempt", _instrumented("preempt", extender.preempt))
+
+    async def readyz(_request: web.Request) -> web.Response:
+        """Ready once the snapshot has synced: before that every call is skipped."""
+        if extender.snapshot.synced:
+            return web.Response(text="ok")
+        return web.Response(status=503, text=NOT_SYNCED)
+
+    app.router.add_get("/readyz", readyz)
     httpserver.add_common_routes(app)
     return app
 
 
-async def serve(host: str, port: int) -> None:
-    """Run the extender over plain HTTP until cancelled.
+async def serve_snapshot(
+    host: str, port: int, snapshot: Snapshot, feed: Awaitable[None] | None = None
+) -> None:
+    """Serve the verbs over `snapshot` while `feed` (the informers) keeps it current.
+
+    The HTTP server starts at once, so /healthz answers while the snapshot lists; if the
+    feed ever stops (it retries internally, so only a bug ends it), the process stops too
+    rather than answer from a view that no longer moves.
+    """
+    server = asyncio.create_task(
+        httpserver.run_until_cancelled(make_app(Extender(snapshot)), host, port, name="extender")
+    )
+    tasks = {server}
+    if feed is not None:
+        tasks.add(asyncio.ensure_future(feed))
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
+        raise RuntimeError("the extender's snapshot feed stopped")
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def serve(host: str, port: int, kubeconfig: str | None = None) -> None:
+    """Run the extender over plain HTTP until cancelled, its snapshot fed by informers.
 
     Plain HTTP because the scheduler reaches it on localhost or inside the cluster network;
-    the scheduler's extender config supports TLS if a deployment needs it later.
+    the scheduler's extender config supports TLS if a deployment needs it later. The API
+    client comes from `kubeconfig`, else $KUBECONFIG, else the in-cluster ServiceAccount.
     """
-    await httpserver.run_until_cancelled(make_app(), host, port, name="extender")
+    api = await api_client(kubeconfig)
+    try:
+        snapshot = Snapshot()
+        await serve_snapshot(host, port, snapshot, SnapshotFeed(Rest(api), snapshot).run())
+    finally:
+        await api.close()

@@ -1,7 +1,8 @@
 """The scheduler extender's HTTP server, exercised in-process without a cluster.
 
 Requests are shaped like kube-scheduler's (Go field names on the envelope, normal
-Kubernetes JSON inside), so a change that breaks the wire contract fails here first.
+Kubernetes JSON inside), so a change that breaks the wire contract fails here first. The
+snapshot behind the server is built from the same builders as the decision tests.
 """
 
 import asyncio
@@ -18,8 +19,10 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from pilotfish.extender import decide, server, wire
+from pilotfish.extender.snapshot import Snapshot
 from pilotfish.extender.wire import MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY, clamp_score
 from tests.servers import free_port, wait_listening
+from tests.test_extender_builders import node, pod, snapshot
 
 Client = TestClient[web.Request, web.Application]
 
@@ -30,6 +33,15 @@ POD: dict[str, Any] = {
     "spec": {"containers": [{"name": "web", "image": "nginx"}]},
 }
 NODES = [f"node-{i}" for i in range(5)]
+# Victims the preempt tests name, all batch pods the snapshot knows.
+VICTIM_UIDS = ("a", "b", "c")
+
+
+def cluster() -> Snapshot:
+    return snapshot(
+        [node(name, f"zone-{i % 3}") for i, name in enumerate(NODES)],
+        [pod(f"v-{u}", node="node-0", uid=u, band="batch") for u in VICTIM_UIDS],
+    )
 
 
 def requests_total(verb: str, outcome: str) -> float:
@@ -51,8 +63,14 @@ def victim(uid: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[Client]:
-    async with TestClient(TestServer(server.make_app())) as test_client:
+def snap() -> Snapshot:
+    return cluster()
+
+
+@pytest.fixture
+async def client(snap: Snapshot) -> AsyncIterator[Client]:
+    app = server.make_app(server.Extender(snap, clock=lambda: 1000.0))
+    async with TestClient(TestServer(app)) as test_client:
         yield test_client
 
 
@@ -126,7 +144,9 @@ def test_encoding_priorities_needs_a_score_per_host() -> None:
         wire.encode_host_priorities(["a", "b"], [1])
 
 
-async def test_preempt_converts_full_victims_to_meta(client: Client) -> None:
+async def test_preempt_converts_full_victims_to_meta_and_keeps_the_best_node(
+    client: Client,
+) -> None:
     before = requests_total("preempt", "ok")
     resp = await client.post(
         "/preempt",
@@ -141,10 +161,7 @@ async def test_preempt_converts_full_victims_to_meta(client: Client) -> None:
     )
     assert resp.status == 200
     assert await resp.json() == {
-        "NodeNameToMetaVictims": {
-            "node-0": {"Pods": [{"UID": "a"}, {"UID": "b"}], "NumPDBViolations": 1},
-            "node-1": {"Pods": [{"UID": "c"}], "NumPDBViolations": 0},
-        }
+        "NodeNameToMetaVictims": {"node-1": {"Pods": [{"UID": "c"}], "NumPDBViolations": 0}}
     }
     assert requests_total("preempt", "ok") == before + 1
 
@@ -215,7 +232,7 @@ async def test_malformed_requests_get_400_naming_the_problem(
 async def test_a_bug_in_a_decision_is_a_500_and_counted(
     client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(pod: Any, node_names: Any) -> decide.FilterResult:
+    def broken(pod: Any, snap: Any, node_names: Any) -> decide.FilterResult:
         raise RuntimeError("boom")
 
     monkeypatch.setattr(decide, "filter_nodes", broken)
@@ -246,7 +263,7 @@ async def test_healthz_and_metrics(client: Client) -> None:
 
 async def test_serve_answers_until_cancelled() -> None:
     port = free_port()
-    task = asyncio.create_task(server.serve("127.0.0.1", port))
+    task = asyncio.create_task(server.serve_snapshot("127.0.0.1", port, cluster()))
     try:
         await wait_listening(task, port)
         async with aiohttp.ClientSession() as session:
@@ -260,3 +277,106 @@ async def test_serve_answers_until_cancelled() -> None:
             await task
     with pytest.raises(OSError):
         await asyncio.open_connection("127.0.0.1", port)
+
+
+# --- the snapshot behind the verbs ------------------------------------------------------
+
+
+def samples(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_before_sync_filter_and_prioritize_fail_and_preempt_evicts_nobody() -> None:
+    """An ignorable extender that errors is skipped, so the scheduler places the pod alone;
+    for preempt an error would also skip the production veto, so it answers "nobody"."""
+    snap = cluster()
+    snap.synced = False
+    async with TestClient(TestServer(server.make_app(server.Extender(snap)))) as c:
+        before = requests_total("filter", "unavailable")
+        resp = await c.post("/filter", json={"Pod": POD, "NodeNames": NODES})
+        assert resp.status == 503
+        assert "not synced" in await resp.text()
+        assert requests_total("filter", "unavailable") == before + 1
+        resp = await c.post("/prioritize", json={"Pod": POD, "NodeNames": NODES})
+        assert resp.status == 503
+        meta = {"node-0": {"Pods": [{"UID": "a"}], "NumPDBViolations": 0}}
+        resp = await c.post("/preempt", json={"Pod": POD, "NodeNameToMetaVictims": meta})
+        assert resp.status == 200
+        assert await resp.json() == {"NodeNameToMetaVictims": {}}
+        assert (await c.get("/readyz")).status == 503
+        snap.synced = True
+        assert (await c.get("/readyz")).status == 200
+        resp = await c.post("/filter", json={"Pod": POD, "NodeNames": NODES})
+        assert resp.status == 200
+
+
+def replica(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "uid": f"uid-{name}",
+            "labels": {"pilotfish.io/band": "production", "pilotfish.io/workload": "web"},
+        },
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+    }
+
+
+async def test_replicas_scored_back_to_back_spread_before_any_binding_is_seen(
+    client: Client, snap: Snapshot
+) -> None:
+    """The scheduler binds asynchronously: the next replica is scored before the watch
+    reports the last binding. Assumed placements keep the spread anyway."""
+    winners = []
+    for i in range(3):
+        resp = await client.post(
+            "/prioritize", json={"Pod": replica(f"web-{i}"), "NodeNames": NODES}
+        )
+        body = await resp.json()
+        (top,) = [e["Host"] for e in body if e["Score"] == MAX_EXTENDER_PRIORITY]
+        winners.append(snap.nodes[top].zone)
+    assert sorted(winners) == ["zone-0", "zone-1", "zone-2"]
+    assert len(snap.assumed) == 3
+    # A retry of the same pod replaces its own assumption rather than adding another.
+    await client.post("/prioritize", json={"Pod": replica("web-0"), "NodeNames": NODES})
+    assert len(snap.assumed) == 3
+    assert snap.check() == []
+
+
+async def test_filter_reasons_reach_the_scheduler_in_its_maps(client: Client) -> None:
+    gpu_pod = pod("train", gpu=8, band="batch")
+    before = samples("pilotfish_extender_rejected_nodes_total", cause="gpu")
+    resp = await client.post("/filter", json={"Pod": gpu_pod, "NodeNames": NODES[:2]})
+    body = await resp.json()
+    assert body["NodeNames"] == []
+    assert body["Error"] == ""
+    summary = "no node in zone-0 or zone-1 has 8 free GPUs (nvidia.com/gpu): "
+    assert body["FailedAndUnresolvableNodes"] == {
+        "node-0": summary + "zone-0: 1 has none; zone-1: 1 has none",
+        "node-1": summary + "zone-0: 1 has none; zone-1: 1 has none",
+    }
+    assert samples("pilotfish_extender_rejected_nodes_total", cause="gpu") == before + 2
+
+
+async def test_preempt_veto_is_counted(client: Client, snap: Snapshot) -> None:
+    snap.on_pod("ADDED", pod("db", node="node-1", uid="prod", band="production"), None)
+    before = samples("pilotfish_extender_preemption_vetoes_total", cause="production_victim")
+    meta = {"node-1": {"Pods": [{"UID": "prod"}], "NumPDBViolations": 0}}
+    resp = await client.post("/preempt", json={"Pod": POD, "NodeNameToMetaVictims": meta})
+    assert await resp.json() == {"NodeNameToMetaVictims": {}}
+    after = samples("pilotfish_extender_preemption_vetoes_total", cause="production_victim")
+    assert after == before + 1
+
+
+async def test_serve_stops_when_its_feed_stops() -> None:
+    async def feed() -> None:
+        raise ValueError("informer bug")
+
+    with pytest.raises(ValueError, match="informer bug"):
+        await server.serve_snapshot("127.0.0.1", free_port(), Snapshot(), feed())
+
+    async def quiet() -> None:
+        return None
+
+    with pytest.raises(RuntimeError, match="feed stopped"):
+        await server.serve_snapshot("127.0.0.1", free_port(), Snapshot(), quiet())

@@ -1,0 +1,479 @@
+"""The extender's view of the cluster: per-node aggregates kept current by informer events.
+
+kube-scheduler calls the extender once or twice per pod and waits for the answer inside its
+scheduling cycle, so nothing about a node may be computed per request. Every aggregate a
+decision reads (requested CPU, memory and GPUs, non-production use of the batch resources,
+replicas of each workload on each node) is updated here, on the informer event that changes
+it, in O(1) per event. A scheduling call then costs one dict lookup and a few comparisons
+per candidate node.
+
+What is watched, and why:
+- nodes, all of them: allocatable, zone (`topology.kubernetes.io/zone`) and machine class
+  (`node.kubernetes.io/instance-type`);
+- pods with `spec.nodeName!=` and `status.phase!=Succeeded,status.phase!=Failed`: only pods
+  that hold resources on a node. Pending pods (possibly 100,000 queued batch tasks) never
+  reach the extender's memory, and a finished pod leaves the selector, which the watch
+  delivers as a delete.
+
+Both informers keep only the fields read here (`slim_pod`, `slim_node`), so 30,000 pods cost
+a few MB rather than the full objects.
+
+Assumed placements: kube-scheduler binds a pod asynchronously and starts on the next pod at
+once, while the binding reaches the extender only through the watch some milliseconds later.
+Without care, a burst of six replicas would all be scored against the same stale counts and
+land in one zone. So after scoring a pod the extender *assumes* it lands on the node it scored
+highest (its scores are built to have one clear winner, see `decide`) and counts it there
+for scoring until the watch reports the real binding (which replaces the assumption) or the
+assumption expires. Assumptions feed scores only, never filters: a wrong guess can tilt a
+preference for a moment but cannot make a node look full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from pilotfish import metrics, names
+from pilotfish.extender import resources
+from pilotfish.extender.resources import BAND_RANK, CPU, GPU, MEMORY, PRODUCTION
+from pilotfish.kube.informer import Informer, Obj, object_key
+from pilotfish.kube.rest import NODES, PODS, Rest
+
+log = logging.getLogger("pilotfish.extender.snapshot")
+
+# Bound pods that still hold resources. kube-scheduler's own pod informer uses the same
+# phase selector; the API server combines comma-separated field requirements with AND.
+POD_FIELD_SELECTOR: Final = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+# How long an assumed placement counts when the watch never confirms it (the pod failed to
+# bind, or was deleted while pending). Bindings normally show up within a second.
+ASSUME_TTL_SECONDS: Final = 15.0
+
+_POD_LABELS: Final = (names.LABEL_BAND, resources.LABEL_WORKLOAD, resources.LABEL_MACHINE_CLASS)
+_NODE_LABELS: Final = (names.LABEL_ZONE, resources.LABEL_INSTANCE_TYPE)
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """One bound pod, reduced to what placement and preemption read."""
+
+    uid: str
+    key: str
+    node: str
+    band: str
+    priority: int
+    start: float
+    workload: str | None
+    cpu: int
+    memory: int
+    gpu: int
+    # What the pod takes from the node's batch allocatable: its explicit batch.pilotfish.io
+    # request, else its plain request when it is not production (production runs on the
+    # capacity it reserved; batch and best-effort run on what reclaim says is spare).
+    batch_cpu: int
+    batch_memory: int
+
+    @property
+    def rank(self) -> int:
+        return BAND_RANK[self.band]
+
+
+def pod_info(pod: Obj) -> PodInfo | None:
+    """The PodInfo of a bound, running-or-pending pod; None when it holds no resources."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    node = spec.get("nodeName")
+    phase = (pod.get("status") or {}).get("phase")
+    if not node or phase in ("Succeeded", "Failed"):
+        return None
+    requests = resources.pod_requests(spec)
+    band = resources.band(pod)
+    non_production = band != PRODUCTION
+    priority = spec.get("priority")
+    return PodInfo(
+        uid=str(meta.get("uid") or ""),
+        key=object_key(pod),
+        node=str(node),
+        band=band,
+        priority=priority if type(priority) is int else 0,
+        start=resources.start_time(pod),
+        workload=resources.workload(pod),
+        cpu=requests.get(CPU, 0),
+        memory=requests.get(MEMORY, 0),
+        gpu=requests.get(GPU, 0),
+        batch_cpu=requests.get(names.BATCH_CPU) or (requests.get(CPU, 0) if non_production else 0),
+        batch_memory=requests.get(names.BATCH_MEMORY)
+        or (requests.get(MEMORY, 0) if non_production else 0),
+    )
+
+
+@dataclass(slots=True, eq=False)
+class NodeState:
+    """One node: what it offers and what its bound pods (and assumed ones) take from it.
+
+    A state can exist before its Node object arrives (pods and nodes come from two
+    informers) or after the Node is deleted while pods still point at it; `present` says
+    whether the Node itself is known. Decisions treat a node that is not present as
+    unknown: they neither reject it nor prefer it.
+    """
+
+    name: str
+    present: bool = False
+    zone: str = ""
+    where: str = ""  # "node NAME in ZONE", the start of every reason about this node
+    machine_class: str = ""
+    alloc_cpu: int = 0
+    alloc_memory: int = 0
+    alloc_gpu: int = 0
+    # None when the node does not advertise batch.pilotfish.io/* (no reclaim on it yet).
+    batch_cpu: int | None = None
+    batch_memory: int | None = None
+    # Reciprocals of allocatable, so a fullness score is two multiplications.
+    inv_cpu: float = 0.0
+    inv_memory: float = 0.0
+    # Sums over bound pods: what filters compare against.
+    used_cpu: int = 0
+    used_memory: int = 0
+    used_gpu: int = 0
+    used_batch_cpu: int = 0
+    used_batch_memory: int = 0
+    # Bound plus assumed: what scores read.
+    score_cpu: int = 0
+    score_memory: int = 0
+    pods: dict[str, PodInfo] = field(default_factory=dict)  # by UID
+
+    @property
+    def free_gpu(self) -> int:
+        return self.alloc_gpu - self.used_gpu
+
+    def fullness(self, extra_cpu: int = 0, extra_memory: int = 0) -> float:
+        """Mean of the CPU and memory fractions allocated, with `extra` added, capped at 1."""
+        full = (
+            (self.score_cpu + extra_cpu) * self.inv_cpu
+            + (self.score_memory + extra_memory) * self.inv_memory
+        ) * 0.5
+        return 1.0 if full > 1.0 else full
+
+
+@dataclass(frozen=True, slots=True)
+class Assumed:
+    uid: str
+    node: str
+    workload: str | None
+    cpu: int
+    memory: int
+    expires: float
+
+
+def _set_node(state: NodeState, node: Obj) -> None:
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    alloc = resources.node_allocatable(node.get("status") or {})
+    state.present = True
+    state.zone = str(labels.get(names.LABEL_ZONE) or "")
+    state.where = f"node {state.name} in {state.zone or '(no zone)'}"
+    state.machine_class = str(labels.get(resources.LABEL_INSTANCE_TYPE) or "")
+    state.alloc_cpu = alloc.get(CPU, 0)
+    state.alloc_memory = alloc.get(MEMORY, 0)
+    state.alloc_gpu = alloc.get(GPU, 0)
+    state.batch_cpu = alloc.get(names.BATCH_CPU)
+    state.batch_memory = alloc.get(names.BATCH_MEMORY)
+    state.inv_cpu = 1.0 / state.alloc_cpu if state.alloc_cpu > 0 else 0.0
+    state.inv_memory = 1.0 / state.alloc_memory if state.alloc_memory > 0 else 0.0
+
+
+class Snapshot:
+    """Nodes, bound pods, workload replica counts and assumed placements, kept in step.
+
+    Handlers (`on_node`, `on_pod`) are informer handlers: synchronous, called on the event
+    loop, never concurrently with a scheduling call. `synced` turns true once both informers
+    have listed everything; until then the extender refuses to judge.
+    """
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeState] = {}
+        self.pods: dict[str, PodInfo] = {}  # by namespace/name, as the informer keys them
+        self.by_uid: dict[str, PodInfo] = {}
+        # workload -> node -> replicas there, bound and assumed; empty entries are removed
+        # so `workload_nodes[w]` stays as small as the workload's footprint.
+        self.workload_nodes: dict[str, dict[str, int]] = {}
+        self.assumed: dict[str, Assumed] = {}  # by UID, oldest first
+        self.batch_nodes = 0  # nodes that advertise batch.pilotfish.io/cpu or /memory
+        self.synced = False
+
+    # --- informer handlers -----------------------------------------------------------
+
+    def on_node(self, kind: str, node: Obj, _old: Obj | None) -> None:
+        name = str((node.get("metadata") or {}).get("name") or "")
+        if not name or kind == "SYNC":
+            return
+        state = self.nodes.get(name)
+        if state is not None and (state.batch_cpu is not None or state.batch_memory is not None):
+            self.batch_nodes -= 1
+        if kind == "DELETED":
+            if state is None:
+                return
+            state.present = False
+            state.batch_cpu = state.batch_memory = None
+            # A pod cannot land on a deleted node: its assumption is wrong, and it must not
+            # outlive the state it was added to (a re-created node starts from zero).
+            for uid in [a.uid for a in self.assumed.values() if a.node == name]:
+                self.forget(uid)
+            if not state.pods:
+                del self.nodes[name]
+            return
+        if state is None:
+            state = self.nodes[name] = NodeState(name)
+        _set_node(state, node)
+        if state.batch_cpu is not None or state.batch_memory is not None:
+            self.batch_nodes += 1
+        metrics.EXTENDER_SNAPSHOT_NODES.set(len(self.nodes))
+
+    def on_pod(self, kind: str, pod: Obj, _old: Obj | None) -> None:
+        if kind == "SYNC":
+            return
+        key = object_key(pod)
+        info = None if kind == "DELETED" else pod_info(pod)
+        current = self.pods.get(key)
+        if current is not None:
+            if current == info:
+                return  # a status change that moves nothing the extender counts
+            self._remove(current)
+        if info is not None:
+            self._add(info)
+        metrics.EXTENDER_SNAPSHOT_PODS.set(len(self.pods))
+
+    def _add(self, info: PodInfo) -> None:
+        self.forget(info.uid)
+        self.pods[info.key] = info
+        if info.uid:
+            self.by_uid[info.uid] = info
+        state = self.nodes.get(info.node)
+        if state is None:
+            state = self.nodes[info.node] = NodeState(info.node)
+        state.pods[info.uid] = info
+        state.used_cpu += info.cpu
+        state.used_memory += info.memory
+        state.used_gpu += info.gpu
+        state.used_batch_cpu += info.batch_cpu
+        state.used_batch_memory += info.batch_memory
+        state.score_cpu += info.cpu
+        state.score_memory += info.memory
+        if info.workload is not None:
+            self._count(info.workload, info.node, 1)
+
+    def _remove(self, info: PodInfo) -> None:
+        del self.pods[info.key]
+        if self.by_uid.get(info.uid) is info:
+            del self.by_uid[info.uid]
+        state = self.nodes.get(info.node)
+        if state is not None and state.pods.pop(info.uid, None) is not None:
+            state.used_cpu -= info.cpu
+            state.used_memory -= info.memory
+            state.used_gpu -= info.gpu
+            state.used_batch_cpu -= info.batch_cpu
+            state.used_batch_memory -= info.batch_memory
+            state.score_cpu -= info.cpu
+            state.score_memory -= info.memory
+            if not state.pods and not state.present:
+                del self.nodes[info.node]
+        if info.workload is not None:
+            self._count(info.workload, info.node, -1)
+
+    def _count(self, workload: str, node: str, delta: int) -> None:
+        per_node = self.workload_nodes.get(workload)
+        if per_node is None:
+            per_node = self.workload_nodes[workload] = {}
+        count = per_node.get(node, 0) + delta
+        if count > 0:
+            per_node[node] = count
+        else:
+            per_node.pop(node, None)
+            if not per_node:
+                del self.workload_nodes[workload]
+
+    # --- assumed placements ---------------------------------------------------------
+
+    def assume(
+        self,
+        uid: str,
+        node: str,
+        workload: str | None,
+        cpu: int,
+        memory: int,
+        now: float,
+        ttl: float = ASSUME_TTL_SECONDS,
+    ) -> None:
+        """Count a pod on `node` for scoring until the watch reports where it really went.
+
+        A pod already bound (a retry racing its own binding event) is not assumed again.
+        """
+        if not uid or uid in self.by_uid:
+            return
+        self.forget(uid)
+        state = self.nodes.get(node)
+        if state is None or not state.present:
+            return
+        self.assumed[uid] = Assumed(uid, node, workload, cpu, memory, now + ttl)
+        state.score_cpu += cpu
+        state.score_memory += memory
+        if workload is not None:
+            self._count(workload, node, 1)
+        metrics.EXTENDER_ASSUMED_PODS.set(len(self.assumed))
+
+    def forget(self, uid: str) -> None:
+        assumed = self.assumed.pop(uid, None)
+        if assumed is None:
+            return
+        state = self.nodes.get(assumed.node)
+        if state is not None:
+            state.score_cpu -= assumed.cpu
+            state.score_memory -= assumed.memory
+        if assumed.workload is not None:
+            self._count(assumed.workload, assumed.node, -1)
+        metrics.EXTENDER_ASSUMED_PODS.set(len(self.assumed))
+
+    def expire(self, now: float) -> int:
+        """Drop assumptions whose time is up; they are kept oldest first, so this stops at
+        the first one still valid and costs nothing when none expired."""
+        expired = 0
+        for uid, assumed in list(self.assumed.items()):
+            if assumed.expires > now:
+                break
+            self.forget(uid)
+            expired += 1
+        return expired
+
+    # --- reads ----------------------------------------------------------------------
+
+    def zone_counts(self, per_node: Mapping[str, int]) -> dict[str, int]:
+        """Replicas per zone from replicas per node (a workload's footprint, not the fleet)."""
+        zones: dict[str, int] = {}
+        nodes = self.nodes
+        for node, count in per_node.items():
+            state = nodes.get(node)
+            zone = state.zone if state is not None else ""
+            zones[zone] = zones.get(zone, 0) + count
+        return zones
+
+    def check(self) -> list[str]:
+        """Recompute every aggregate from the pods and list the differences (tests, debug).
+
+        The aggregates are maintained incrementally; this is the slow, obvious version that
+        they must always equal.
+        """
+        problems: list[str] = []
+        for name, state in self.nodes.items():
+            pods = [p for p in self.pods.values() if p.node == name]
+            assumed = [a for a in self.assumed.values() if a.node == name]
+            want = {
+                "used_cpu": sum(p.cpu for p in pods),
+                "used_memory": sum(p.memory for p in pods),
+                "used_gpu": sum(p.gpu for p in pods),
+                "used_batch_cpu": sum(p.batch_cpu for p in pods),
+                "used_batch_memory": sum(p.batch_memory for p in pods),
+                "score_cpu": sum(p.cpu for p in pods) + sum(a.cpu for a in assumed),
+                "score_memory": sum(p.memory for p in pods) + sum(a.memory for a in assumed),
+            }
+            for attr, value in want.items():
+                if getattr(state, attr) != value:
+                    problems.append(f"{name}.{attr} = {getattr(state, attr)}, want {value}")
+            if set(state.pods) != {p.uid for p in pods}:
+                problems.append(f"{name}.pods differ")
+        for pod in self.pods.values():
+            if pod.node not in self.nodes:
+                problems.append(f"pod {pod.key} on {pod.node} has no node state")
+        counts: dict[str, dict[str, int]] = {}
+        placed: Iterable[tuple[str | None, str]] = [
+            *((p.workload, p.node) for p in self.pods.values()),
+            *((a.workload, a.node) for a in self.assumed.values()),
+        ]
+        for workload, node in placed:
+            if workload is not None:
+                per_node = counts.setdefault(workload, {})
+                per_node[node] = per_node.get(node, 0) + 1
+        if counts != self.workload_nodes:
+            problems.append(f"workload counts {self.workload_nodes} != {counts}")
+        batch = sum(
+            1 for s in self.nodes.values() if s.batch_cpu is not None or s.batch_memory is not None
+        )
+        if batch != self.batch_nodes:
+            problems.append(f"batch_nodes = {self.batch_nodes}, want {batch}")
+        return problems
+
+
+# --- what the informers keep ------------------------------------------------------------
+
+
+def _pick(source: Mapping[str, Any] | None, keys: Iterable[str]) -> dict[str, Any]:
+    if not source:
+        return {}
+    return {k: source[k] for k in keys if k in source}
+
+
+def _slim_container(container: Mapping[str, Any]) -> dict[str, Any]:
+    return _pick(container, ("name", "resources", "restartPolicy"))
+
+
+def slim_pod(pod: Obj) -> Obj:
+    """Only what `pod_info` and the informer read: a pod shrinks from ~5 KB to ~0.5 KB."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    slim_meta = _pick(meta, ("name", "namespace", "uid", "resourceVersion", "creationTimestamp"))
+    labels = _pick(meta.get("labels"), _POD_LABELS)
+    if labels:
+        slim_meta["labels"] = labels
+    annotations = _pick(meta.get("annotations"), (resources.LABEL_MACHINE_CLASS,))
+    if annotations:
+        slim_meta["annotations"] = annotations
+    owners = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+    if owners:
+        slim_meta["ownerReferences"] = [_pick(o, ("controller", "uid")) for o in owners]
+    slim_spec = _pick(spec, ("nodeName", "priority", "priorityClassName", "overhead"))
+    if "resources" in spec:
+        slim_spec["resources"] = spec["resources"]
+    slim_spec["containers"] = [_slim_container(c) for c in spec.get("containers") or []]
+    if spec.get("initContainers"):
+        slim_spec["initContainers"] = [_slim_container(c) for c in spec["initContainers"]]
+    return {
+        "metadata": slim_meta,
+        "spec": slim_spec,
+        "status": _pick(pod.get("status"), ("phase", "startTime")),
+    }
+
+
+def slim_node(node: Obj) -> Obj:
+    meta = node.get("metadata") or {}
+    slim_meta = _pick(meta, ("name", "resourceVersion"))
+    slim_meta["labels"] = _pick(meta.get("labels"), _NODE_LABELS)
+    return {
+        "metadata": slim_meta,
+        "status": _pick(node.get("status"), ("allocatable", "capacity")),
+    }
+
+
+class SnapshotFeed:
+    """The two informers that keep a Snapshot current, and the moment it becomes usable."""
+
+    def __init__(self, rest: Rest, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.nodes = Informer(rest, NODES, transform=slim_node)
+        self.pods = Informer(rest, PODS, field_selector=POD_FIELD_SELECTOR, transform=slim_pod)
+        self.nodes.add_handler(snapshot.on_node)
+        self.pods.add_handler(snapshot.on_pod)
+
+    async def _mark_synced(self) -> None:
+        await self.nodes.synced.wait()
+        await self.pods.synced.wait()
+        self.snapshot.synced = True
+        metrics.EXTENDER_SNAPSHOT_SYNCED.set(1)
+        log.info(
+            "snapshot synced",
+            extra={"nodes": len(self.snapshot.nodes), "pods": len(self.snapshot.pods)},
+        )
+
+    async def run(self) -> None:
+        metrics.EXTENDER_SNAPSHOT_SYNCED.set(0)
+        await asyncio.gather(self.nodes.run(), self.pods.run(), self._mark_synced())

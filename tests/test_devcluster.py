@@ -42,14 +42,18 @@ def test_control_plane_order_and_flags(tmp_path: Path) -> None:
 
 def test_scheduler_uses_the_extender_with_node_cache(tmp_path: Path) -> None:
     cfg = components.scheduler_config(Layout(tmp_path), Ports().shifted(7))
-    (ext,) = cfg["extenders"]
-    assert ext["urlPrefix"] == f"http://127.0.0.1:{Ports().extender + 7}"
-    assert ext["nodeCacheCapable"] is True
-    assert {ext["filterVerb"], ext["prioritizeVerb"], ext["preemptVerb"]} == {
+    main, gpus = cfg["extenders"]
+    url = f"http://127.0.0.1:{Ports().extender + 7}"
+    assert main["urlPrefix"] == gpus["urlPrefix"] == url
+    assert main["nodeCacheCapable"] is True and gpus["nodeCacheCapable"] is True
+    assert {main["filterVerb"], main["prioritizeVerb"], main["preemptVerb"]} == {
         "filter",
         "prioritize",
         "preempt",
     }
+    assert main["ignorable"] is True, "scheduling goes on without the extender"
+    assert gpus["ignorable"] is False, "GPU pods wait rather than overcommit GPUs"
+    assert gpus["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": True}]
     assert names.SCHEDULER_NAME in [p["schedulerName"] for p in cfg["profiles"]]
 
 

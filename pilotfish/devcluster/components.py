@@ -130,6 +130,19 @@ def advertise_address() -> str | None:
     return None
 
 
+# GPUs are counted by the extender, not by kube-scheduler's resource fit, so a pod that finds
+# no GPUs is told where and how many there are ("no node in zone-b has 8 free GPUs ...").
+# Not ignorable: while the extender is down GPU pods wait rather than overcommit GPUs.
+GPU_EXTENDER: dict[str, Any] = {
+    "filterVerb": "filter",
+    "nodeCacheCapable": True,
+    "enableHTTPS": False,
+    "httpTimeout": "5s",
+    "ignorable": False,
+    "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": True}],
+}
+
+
 def scheduler_config(layout: Layout, p: Ports) -> dict[str, Any]:
     """KubeSchedulerConfiguration: the default profile and Pilotfish's, both through the extender.
 
@@ -161,7 +174,8 @@ def scheduler_config(layout: Layout, p: Ports) -> dict[str, Any]:
                 "enableHTTPS": False,
                 "httpTimeout": "5s",
                 "ignorable": True,
-            }
+            },
+            GPU_EXTENDER | {"urlPrefix": f"http://127.0.0.1:{p.extender}"},
         ],
     }
 

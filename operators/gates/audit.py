@@ -1,0 +1,111 @@
+"""The gate audit log: one JSON line per release or expiry, written after the API accepted it.
+
+On-call's safe cancel/release procedure and every post-mortem read this file, so each line
+says what happened to which pod (name and uid), which gate, on what evidence, at which
+resourceVersion, and which controller instance did it. A line is written only once the write
+it records has succeeded, and flushed at once: a process killed with SIGKILL loses no line
+that it had written (the page cache outlives the process). The same record also goes to the
+structured stderr log, for clusters that collect logs rather than files.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+from pathlib import Path
+from typing import IO, Any, Final, Literal
+
+log = logging.getLogger("pilotfish.gates.audit")
+
+Decision = Literal["released", "expired-fail", "expired-retry", "expired-review"]
+DECISIONS: Final = ("released", "expired-fail", "expired-retry", "expired-review")
+
+
+def _ts(t: datetime.datetime) -> str:
+    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+class AuditLog:
+    def __init__(self, path: Path | None, actor: str) -> None:
+        self.path = path
+        self.actor = actor
+        self._file: IO[str] | None = None
+
+    def _open(self) -> IO[str] | None:
+        if self.path is None:
+            return None
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a", encoding="utf-8")
+        return self._file
+
+    def record(
+        self,
+        *,
+        ts: datetime.datetime,
+        namespace: str,
+        name: str,
+        uid: str,
+        gate: str,
+        decision: Decision,
+        evidence: str,
+        resource_version: str,
+        decided_from: str = "",
+    ) -> dict[str, Any]:
+        """Append one line (and log it); returns the record written."""
+        line: dict[str, Any] = {
+            "ts": _ts(ts),
+            "pod": f"{namespace}/{name}",
+            "uid": uid,
+            "gate": gate,
+            "decision": decision,
+            "evidence": evidence,
+            "resourceVersion": resource_version,
+            "decidedFrom": decided_from,
+            "actor": self.actor,
+        }
+        f = self._open()
+        if f is not None:
+            f.write(json.dumps(line, sort_keys=True) + "\n")
+            f.flush()
+        log.info("gate %s", decision, extra={"audit": line})
+        return line
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def released_keys(path: Path) -> set[tuple[str, str]]:
+    """(pod uid, gate) of every `released` line already in the file."""
+    return {
+        (str(r.get("uid")), str(r.get("gate")))
+        for r in read(path)
+        if r.get("decision") == "released"
+    }
+
+
+def read(path: Path) -> list[dict[str, Any]]:
+    """Every complete record of an audit file (the controller after a restart, tests and
+    on-call tooling read it back). A last line without its newline is still being written,
+    or was cut by a crash; it and any undecodable line are skipped, with a warning for the
+    latter, so one bad line never stops the controller from reading the rest."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    out: list[dict[str, Any]] = []
+    complete = text.split("\n")[:-1]  # whatever follows the last newline is unfinished
+    for n, line in enumerate(complete, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            log.warning("unreadable audit line skipped", extra={"path": str(path), "line": n})
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out

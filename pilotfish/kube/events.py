@@ -1,0 +1,218 @@
+"""events.k8s.io/v1 Events, written so that a busy controller cannot flood the API server.
+
+Callers pass reason constants declared at the top of their own module (`GateReleased`,
+...); this module only knows how to write them well:
+
+- Series: the same event (same object, reason, action, type and note) repeated within
+  `series_window` becomes one Event whose `series.count` grows, patched at most once per
+  `series_interval`, as client-go's event recorder does. A controller that re-decides the
+  same thing every round therefore costs one write per interval, not one per round.
+- Spam filter: each regarded object gets a token bucket (`burst` events, refilled one per
+  `refill_seconds`); events beyond it are dropped and counted, never queued without bound.
+- Best effort: an Event that cannot be written is logged and counted; it never fails the
+  reconcile that emitted it (the audit log and conditions are the durable record).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import aiohttp
+
+from pilotfish import metrics
+from pilotfish.kube.rest import EVENTS, MERGE_PATCH, ApiError, Rest
+
+log = logging.getLogger("pilotfish.events")
+
+Clock = Callable[[], datetime.datetime]
+EventType = Literal["Normal", "Warning"]
+NOTE_MAX: Final = 1024
+
+
+def utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def micro_time(t: datetime.datetime) -> str:
+    """metav1.MicroTime, which eventTime and series.lastObservedTime require."""
+    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def object_reference(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The `regarding` reference of an Event about `obj` (a raw dict from the API)."""
+    meta = obj.get("metadata") or {}
+    ref = {
+        "apiVersion": obj.get("apiVersion") or "v1",
+        "kind": obj.get("kind") or "Pod",
+        "name": meta.get("name"),
+        "namespace": meta.get("namespace"),
+        "uid": meta.get("uid"),
+        "resourceVersion": meta.get("resourceVersion"),
+    }
+    return {k: v for k, v in ref.items() if v}
+
+
+@dataclass
+class _Series:
+    name: str
+    namespace: str
+    count: int
+    first: datetime.datetime
+    last_observed: datetime.datetime
+    last_written: datetime.datetime
+    written_count: int
+
+
+@dataclass
+class _Allowance:
+    tokens: float
+    at: datetime.datetime
+
+
+class EventRecorder:
+    def __init__(
+        self,
+        rest: Rest,
+        controller: str,
+        instance: str,
+        *,
+        clock: Clock = utcnow,
+        series_window: float = 600.0,
+        series_interval: float = 30.0,
+        burst: int = 25,
+        refill_seconds: float = 300.0,
+        max_tracked: int = 4096,
+    ) -> None:
+        self.rest = rest
+        self.controller = controller  # reportingController, e.g. pilotfish.io/gates
+        self.instance = instance[:128]  # reportingInstance: this process
+        self.clock = clock
+        self.series_window = series_window
+        self.series_interval = series_interval
+        self.burst = burst
+        self.refill_seconds = refill_seconds
+        self.max_tracked = max_tracked
+        self._series: OrderedDict[tuple[str, ...], _Series] = OrderedDict()
+        self._allowance: OrderedDict[str, _Allowance] = OrderedDict()
+
+    def _allowed(self, uid: str, now: datetime.datetime) -> bool:
+        a = self._allowance.pop(uid, None) or _Allowance(float(self.burst), now)
+        elapsed = max(0.0, (now - a.at).total_seconds())
+        a = _Allowance(min(float(self.burst), a.tokens + elapsed / self.refill_seconds), now)
+        ok = a.tokens >= 1.0
+        if ok:
+            a.tokens -= 1.0
+        self._allowance[uid] = a
+        while len(self._allowance) > self.max_tracked:
+            self._allowance.popitem(last=False)
+        return ok
+
+    async def emit(
+        self,
+        regarding: Mapping[str, Any],
+        reason: str,
+        note: str,
+        *,
+        action: str,
+        type_: EventType = "Normal",
+    ) -> str | None:
+        """Record one occurrence; returns what was written: "created", "series", "pending"
+        (counted, written with a later occurrence), "dropped" or None on failure."""
+        now = self.clock()
+        ref = object_reference(regarding)
+        note = note[:NOTE_MAX]
+        key = (
+            str(ref.get("namespace", "")),
+            str(ref.get("uid") or ref.get("name")),
+            reason,
+            action,
+            type_,
+            note,
+        )
+        series = self._series.get(key)
+        if series and (now - series.first).total_seconds() <= self.series_window:
+            self._series.move_to_end(key)
+            series.count += 1
+            series.last_observed = now
+            if (now - series.last_written).total_seconds() < self.series_interval:
+                metrics.EVENTS.labels(self.controller, reason, "pending").inc()
+                return "pending"
+            return await self._write_series(key, series, ref, reason, note, action, type_, now)
+        if not self._allowed(key[1], now):
+            metrics.EVENTS.labels(self.controller, reason, "dropped").inc()
+            return "dropped"
+        return await self._create(key, ref, reason, note, action, type_, now)
+
+    async def _create(
+        self,
+        key: tuple[str, ...],
+        ref: dict[str, Any],
+        reason: str,
+        note: str,
+        action: str,
+        type_: EventType,
+        now: datetime.datetime,
+    ) -> str | None:
+        ns = str(ref.get("namespace") or "default")
+        digest = hashlib.sha1("\0".join(key).encode()).hexdigest()[:8]
+        name = f"{str(ref.get('name', 'object'))[:200]}.{int(now.timestamp() * 1e6):x}{digest}"
+        body = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": ns},
+            "eventTime": micro_time(now),
+            "reportingController": self.controller,
+            "reportingInstance": self.instance,
+            "action": action,
+            "reason": reason,
+            "note": note,
+            "type": type_,
+            "regarding": ref,
+        }
+        try:
+            await self.rest.create(EVENTS.path(ns), body)
+        except (ApiError, aiohttp.ClientError, OSError, TimeoutError) as e:
+            metrics.EVENTS.labels(self.controller, reason, "failed").inc()
+            log.warning("event not written", extra={"event": name, "error": str(e)})
+            return None
+        self._series[key] = _Series(name, ns, 1, now, now, now, 1)
+        while len(self._series) > self.max_tracked:
+            self._series.popitem(last=False)
+        metrics.EVENTS.labels(self.controller, reason, "created").inc()
+        return "created"
+
+    async def _write_series(
+        self,
+        key: tuple[str, ...],
+        series: _Series,
+        ref: dict[str, Any],
+        reason: str,
+        note: str,
+        action: str,
+        type_: EventType,
+        now: datetime.datetime,
+    ) -> str | None:
+        patch = {"series": {"count": series.count, "lastObservedTime": micro_time(now)}}
+        try:
+            await self.rest.patch(EVENTS.path(series.namespace, series.name), patch, MERGE_PATCH)
+        except ApiError as e:
+            if e.not_found:  # the Event expired (TTL) or was deleted: start a new one
+                del self._series[key]
+                return await self._create(key, ref, reason, note, action, type_, now)
+            metrics.EVENTS.labels(self.controller, reason, "failed").inc()
+            log.warning("event series not updated", extra={"event": series.name, "error": str(e)})
+            return None
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
+            metrics.EVENTS.labels(self.controller, reason, "failed").inc()
+            log.warning("event series not updated", extra={"event": series.name, "error": str(e)})
+            return None
+        series.last_written = now
+        series.written_count = series.count
+        metrics.EVENTS.labels(self.controller, reason, "series").inc()
+        return "series"

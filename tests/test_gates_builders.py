@@ -1,0 +1,246 @@
+"""Small builders of gated pods and the objects their gates wait on, for the gate tests.
+
+Pods are built as raw dicts, the way the API server sends them, and parsed with the
+controller's own `pod_view`, so every decision test also exercises the parsing. The tests
+at the bottom pin the builders themselves: a builder that silently built something else
+would make every test that uses it meaningless.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
+from typing import Any
+
+from pilotfish import gates, names
+from pilotfish.gates import GateRecord, OnExpiry, PodGates
+from pilotfish.operators.gates.decide import World
+from pilotfish.operators.gates.model import (
+    OWNER,
+    NodeView,
+    Pacing,
+    PodView,
+    QuotaView,
+    SignalView,
+    pod_view,
+    quota_view,
+)
+from pilotfish.operators.gates.pacing import Bucket
+
+NOW = datetime.datetime(2030, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
+NS = "team-a"
+
+
+def at(seconds: float) -> datetime.datetime:
+    return NOW + datetime.timedelta(seconds=seconds)
+
+
+def ts(seconds: float) -> str:
+    return gates.format_time(at(seconds))
+
+
+def rec(
+    kind: str = "GateSignal",
+    *,
+    signal: str = "data",
+    size: int | None = None,
+    min_nodes: int | None = None,
+    timeout: int = 600,
+    deadline: float | None = None,
+    on_expiry: OnExpiry = "Fail",
+    attempts: int = 0,
+    initial: int = 10,
+    maximum: int = 600,
+    owner: str = OWNER,
+) -> GateRecord:
+    """One gate's record; `deadline` in seconds from NOW (default: `timeout` from NOW)."""
+    condition: dict[str, Any] = {"type": kind}
+    if kind == "GateSignal":
+        condition["signalName"] = signal
+    if kind == "Gang":
+        condition["size"] = size or 2
+    if kind == "Image" and min_nodes is not None:
+        condition["minNodes"] = min_nodes
+    return GateRecord(
+        policy="policy",
+        generation=1,
+        condition=condition,
+        timeout_seconds=timeout,
+        deadline=ts(timeout if deadline is None else deadline),
+        on_expiry=on_expiry,
+        initial_backoff_seconds=initial,
+        max_backoff_seconds=maximum,
+        attempts=attempts,
+        owner=owner,
+    )
+
+
+def gate(name: str) -> str:
+    return name if "/" in name else f"{names.GATE_PREFIX}{name}"
+
+
+def pod(
+    name: str,
+    gated: Mapping[str, GateRecord] | None = None,
+    *,
+    ns: str = NS,
+    other_gates: Iterable[str] = (),
+    unrecorded: Iterable[str] = (),
+    priority: int = 0,
+    age: float = 0.0,
+    team: str | None = None,
+    band: str | None = None,
+    gang: str | None = None,
+    cpu: str | None = "1",
+    memory: str | None = None,
+    images: Iterable[str] = ("registry.example/app:1",),
+    node: str = "",
+    phase: str = "Pending",
+    deleting: bool = False,
+    state: tuple[str, str, str] | None = None,
+    scheduled: tuple[str, str, str] | None = None,
+    review: bool = False,
+    rv: str = "10",
+) -> dict[str, Any]:
+    """A raw gated pod. `gated` maps gate names (short names get the Pilotfish prefix) to
+    records; `unrecorded` are Pilotfish gates without a record; `age` is seconds old."""
+    records = {gate(k): v for k, v in (gated or {}).items()}
+    labels = {gates.LABEL_GATED: "true"}
+    if team:
+        labels[names.LABEL_TEAM] = team
+    if band:
+        labels[names.LABEL_BAND] = band
+    if gang:
+        labels[gates.LABEL_GANG] = gang
+    if review:
+        labels[gates.LABEL_REVIEW] = "required"
+    created = gates.format_time(at(-age))
+    requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
+    conditions = []
+    if state:
+        conditions.append(
+            {
+                "type": gates.POD_CONDITION,
+                "status": state[0],
+                "reason": state[1],
+                "message": state[2],
+                "lastTransitionTime": ts(-age),
+            }
+        )
+    if scheduled:
+        conditions.append(
+            {"type": "PodScheduled", "status": scheduled[0], "reason": scheduled[1]}
+            | {"message": scheduled[2]}
+        )
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": ns,
+        "uid": f"uid-{name}",
+        "resourceVersion": rv,
+        "creationTimestamp": created,
+        "labels": labels,
+        "annotations": {
+            gates.ANNOTATION_CREATED: created,
+            gates.ANNOTATION_RECORD: PodGates(created, records).encode(),
+        },
+    }
+    if deleting:
+        meta["deletionTimestamp"] = ts(0)
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": f"c{i}", "image": img, "resources": {"requests": requests}}
+            for i, img in enumerate(images)
+        ]
+        or [{"name": "c", "image": "x", "resources": {"requests": requests}}],
+        "priority": priority,
+    }
+    held = [*records, *(gate(g) for g in unrecorded), *other_gates]
+    if held:
+        spec["schedulingGates"] = [{"name": g} for g in held]
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase, "conditions": conditions}}
+
+
+def view(name: str, gated: Mapping[str, GateRecord] | None = None, **kw: Any) -> PodView:
+    return pod_view(pod(name, gated, **kw))
+
+
+def team_quota(team: str, name: str | None = None, **bands: Mapping[str, Any]) -> QuotaView:
+    """A TeamQuota; band keyword best_effort stands for best-effort."""
+    spec_bands = {k.replace("_", "-"): dict(v) for k, v in bands.items()}
+    return quota_view(
+        {"metadata": {"name": name or team}, "spec": {"team": team, "bands": spec_bands}}
+    )
+
+
+def signal(name: str, ready: str = "True", ns: str = NS) -> SignalView:
+    return SignalView(ns, name, ready, resource_version="42", transition_time=ts(-5))
+
+
+def world(
+    pods: Iterable[PodView],
+    *,
+    signals: Iterable[SignalView] | None = (),
+    quotas: Iterable[QuotaView] = (),
+    nodes: Iterable[NodeView] = (),
+    pacing: Mapping[str, Pacing] | None = None,
+    buckets: Mapping[str, Bucket] | None = None,
+    usage: Mapping[tuple[str, str, str], Any] | None = None,
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> World:
+    return World(
+        pods=list(pods),
+        usage=dict(usage or {}),
+        namespace_labels=dict(namespace_labels or {}),
+        signals=None if signals is None else {(s.namespace, s.name): s for s in signals},
+        quotas=list(quotas),
+        nodes=list(nodes),
+        pacing=dict(pacing or {}),
+        buckets=dict(buckets or {}),
+    )
+
+
+# --- the builders build what they say ----------------------------------------------------
+
+
+def test_pod_builder_round_trips_through_the_controllers_parser() -> None:
+    v = view(
+        "p",
+        {"data": rec(), "quota": rec("Quota")},
+        unrecorded=["stray"],
+        other_gates=["example.com/other"],
+        priority=7,
+        age=30,
+        team="payments",
+        band="production",
+        gang="g1",
+        cpu="500m",
+        memory="1Gi",
+    )
+    assert v.key == f"{NS}/p"
+    assert v.scheduling_gates == (
+        "gates.pilotfish.io/data",
+        "gates.pilotfish.io/quota",
+        "gates.pilotfish.io/stray",
+        "example.com/other",
+    )
+    assert v.pilotfish_gates == v.scheduling_gates[:3]
+    assert v.managed("gates.pilotfish.io/data") and not v.managed("gates.pilotfish.io/stray")
+    assert v.priority == 7 and v.created == at(-30) and v.band == "production"
+    assert v.gang == "g1" and v.labels[names.LABEL_TEAM] == "payments"
+    assert str(v.requests["cpu"]) == "1/2" and v.requests["memory"] == 2**30
+    assert v.deadline("gates.pilotfish.io/data") == at(600)
+
+
+def test_record_owned_by_someone_else_is_not_managed() -> None:
+    v = view("p", {"data": rec(owner="someone-else")})
+    assert not v.managed("gates.pilotfish.io/data")
+
+
+def test_team_quota_builder_maps_bands() -> None:
+    q = team_quota("t", batch={"cpu": "2"}, best_effort={"pods": 3})
+    assert q.limits["batch"] == {"cpu": Fraction(2)}
+    assert q.limits["best-effort"] == {"pods": Fraction(3)}
+    assert q.limits["production"] is None

@@ -1,0 +1,543 @@
+"""The pure decision: releases, order, gangs, quota accounting, expiry, conditions, wake-up."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pilotfish import gates, names
+from pilotfish.gates import GateRecord, read_record
+from pilotfish.operators.gates.decide import (
+    Action,
+    Decision,
+    Expire,
+    RemoveGate,
+    SetCondition,
+    UpdateRecord,
+    World,
+    decide,
+    retry_backoff,
+)
+from pilotfish.operators.gates.model import NodeView, Pacing, PodView, normalize_image, pod_view
+from pilotfish.operators.gates.pacing import Bucket
+from tests.test_gates_builders import NOW, at, gate, pod, rec, signal, team_quota, view, world
+
+DATA = "gates.pilotfish.io/data"
+QUOTA = "gates.pilotfish.io/quota"
+GANG = "gates.pilotfish.io/gang"
+
+
+def of(d: Decision, kind: type[Any]) -> list[Any]:
+    return [a for a in d.actions if isinstance(a, kind)]
+
+
+def removed(d: Decision) -> list[tuple[str, str]]:
+    return sorted((a.pod.name, a.gate) for a in of(d, RemoveGate))
+
+
+def released(d: Decision) -> list[str]:
+    return sorted({a.pod.name for a in of(d, RemoveGate) if a.final})
+
+
+def condition(d: Decision, name: str) -> SetCondition | None:
+    found = [a for a in of(d, SetCondition) if a.pod.name == name]
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+# --- release -------------------------------------------------------------------------------
+
+
+def test_gate_signal_ready_releases_the_pod() -> None:
+    d = decide(world([view("p", {"data": rec()})], signals=[signal("data")]), NOW)
+    [r] = of(d, RemoveGate)
+    assert (r.pod.name, r.gate, r.final) == ("p", DATA, True)
+    assert "GateSignal team-a/data Ready" in r.evidence
+    c = condition(d, "p")
+    assert c is not None and (c.status, c.reason) == ("True", gates.STATE_READY)
+
+
+def test_gate_signal_not_ready_keeps_the_gate_and_says_why() -> None:
+    d = decide(world([view("p", {"data": rec()})], signals=[signal("data", "False")]), NOW)
+    assert of(d, RemoveGate) == []
+    c = condition(d, "p")
+    assert c is not None
+    assert (c.status, c.reason) == ("False", gates.STATE_GATED)
+    assert c.message == f"waiting for {DATA} (GateSignal data not Ready)"
+
+
+def test_met_gate_goes_at_once_while_another_still_holds_the_pod() -> None:
+    """Removal in any order: the met gate is removed (not paced, the pod stays gated)."""
+    p = view("p", {"data": rec(), "quota": rec("Quota")}, team="t")
+    d = decide(
+        world([p], signals=[signal("data")], pacing={"team-a": Pacing(max_in_flight=1)}), NOW
+    )
+    assert [(a.gate, a.final) for a in of(d, RemoveGate)] == [(DATA, False)]
+    c = condition(d, "p")
+    assert c is not None and c.message == f"waiting for {QUOTA} (team t has no TeamQuota)"
+
+
+def test_last_gates_go_together_and_are_the_release() -> None:
+    p = view("p", {"data": rec(), "quota": rec("Quota")}, team="t")
+    q = team_quota("t", batch={"cpu": "4"})
+    d = decide(world([p], signals=[signal("data")], quotas=[q]), NOW)
+    assert [(a.gate, a.final) for a in of(d, RemoveGate)] == [(DATA, True), (QUOTA, True)]
+    quota_ev = next(a.evidence for a in of(d, RemoveGate) if a.gate == QUOTA)
+    assert quota_ev == "team t, batch: TeamQuota t: cpu 0/4 used, pod asks 1"
+
+
+def test_gates_the_controller_does_not_own_are_never_removed() -> None:
+    p = view("p", {"data": rec(), "mine": rec(owner="someone-else")}, unrecorded=["stray"])
+    d = decide(world([p], signals=[signal("data")]), NOW)
+    assert removed(d) == [("p", DATA)]
+    c = condition(d, "p")
+    assert c is not None and "not managed by the gate controller" in c.message
+
+
+def test_other_owners_gates_are_left_and_reported() -> None:
+    p = view("p", {"data": rec()}, other_gates=["example.com/warmup"])
+    d = decide(world([p], signals=[signal("data")]), NOW)
+    assert removed(d) == [("p", DATA)]
+    c = condition(d, "p")
+    assert c is not None and c.message.endswith("still gated by example.com/warmup")
+
+
+def test_finished_and_deleting_pods_are_left_alone() -> None:
+    pods = [
+        view("done", {"data": rec(deadline=-1)}, phase="Succeeded"),
+        view("bye", {"data": rec(deadline=-1)}, deleting=True),
+    ]
+    d = decide(world(pods, signals=[signal("data")]), NOW)
+    assert d.actions == ()
+
+
+def test_held_by_pacing_the_gates_stay_all_on() -> None:
+    """All conditions met but paced: nothing is removed, or the pod would leak to the
+    scheduler past the pacing."""
+    pods = [view(f"p{i}", {"data": rec(), "img": rec("Image")}, age=9 - i) for i in range(2)]
+    pacing = {"team-a": Pacing(max_in_flight=1)}
+    warm = NodeView("n1", True, frozenset({normalize_image("registry.example/app:1")}))
+    d = decide(world(pods, signals=[signal("data")], pacing=pacing, nodes=[warm]), NOW)
+    assert removed(d) == [("p0", DATA), ("p0", gate("img"))]
+    c = condition(d, "p1")
+    assert c is not None and "queued by the release pacing" in c.message
+
+
+# --- order ---------------------------------------------------------------------------------
+
+
+def one_at_a_time(
+    pods: list[PodView], extra: Sequence[PodView] = (), rounds: int = 10
+) -> list[str]:
+    """Release order when the tenant may release one pod per round (1/s, a round a second)."""
+    order: list[str] = []
+    pacing = {"team-a": Pacing(releases_per_second=1.0)}
+    buckets: dict[str, Bucket] = {}
+    inflight: list[PodView] = list(extra)
+    todo = list(pods)
+    for i in range(rounds):
+        d = decide(
+            world([*todo, *inflight], signals=[signal("data")], pacing=pacing, buckets=buckets),
+            at(i),
+        )
+        buckets = dict(d.buckets)
+        now = released(d)
+        order += now
+        # A released pod stays in flight (released, not bound) under its own team.
+        for p in todo:
+            if p.name in now:
+                inflight.append(view(p.name, None, team=p.labels.get(names.LABEL_TEAM), ns="x"))
+        todo = [p for p in todo if p.name not in now]
+    return order
+
+
+def test_order_priority_first() -> None:
+    pods = [
+        view("old-low", {"data": rec()}, priority=0, age=500),
+        view("new-high", {"data": rec()}, priority=100, age=1),
+        view("mid", {"data": rec()}, priority=50, age=10),
+    ]
+    assert one_at_a_time(pods) == ["new-high", "mid", "old-low"]
+
+
+def test_order_then_fair_share_between_teams() -> None:
+    """Team a's pods are all older, but teams take turns by released-in-flight count."""
+    pods = [view(f"a{i}", {"data": rec()}, team="a", age=100 - i) for i in range(3)] + [
+        view(f"b{i}", {"data": rec()}, team="b", age=50 - i) for i in range(3)
+    ]
+    assert one_at_a_time(pods) == ["a0", "b0", "a1", "b1", "a2", "b2"]
+
+
+def test_fair_share_counts_what_is_already_in_flight() -> None:
+    pods = [
+        view("a-old", {"data": rec()}, team="a", age=100),
+        view("b-new", {"data": rec()}, team="b"),
+    ]
+    busy = [view(f"a-busy{i}", None, team="a", ns="x") for i in range(2)]
+    assert one_at_a_time(pods, busy)[0] == "b-new"
+
+
+def test_priority_beats_fair_share() -> None:
+    pods = [
+        view("a-high", {"data": rec()}, team="a", priority=100),
+        view("b-low", {"data": rec()}, team="b", age=100),
+    ]
+    busy = [view(f"a-busy{i}", None, team="a", ns="x") for i in range(3)]
+    assert one_at_a_time(pods, busy) == ["a-high", "b-low"]
+
+
+def test_order_then_age() -> None:
+    pods = [view(f"p{age}", {"data": rec()}, age=age) for age in (5, 50, 20)]
+    assert one_at_a_time(pods) == ["p50", "p20", "p5"]
+
+
+# --- gangs ---------------------------------------------------------------------------------
+
+
+def gang_pod(name: str, ready: bool = True, size: int = 3, **kw: Any) -> PodView:
+    sig = "data" if ready else "not-yet"
+    return view(name, {"data": rec(signal=sig), "gang": rec("Gang", size=size)}, gang="g", **kw)
+
+
+@pytest.mark.parametrize(
+    ("members", "expect"),
+    [
+        ([gang_pod("a"), gang_pod("b"), gang_pod("c")], ["a", "b", "c"]),
+        ([gang_pod("a"), gang_pod("b"), gang_pod("c", ready=False)], []),
+        ([gang_pod("a"), gang_pod("b")], []),  # 2 of 3 exist
+        # A member released earlier (no gate left) counts as present and ready.
+        ([gang_pod("a"), gang_pod("b"), view("c", None, gang="g")], ["a", "b"]),
+        # A finished member does not count.
+        ([gang_pod("a"), gang_pod("b"), gang_pod("c", phase="Failed")], []),
+    ],
+)
+def test_gang_all_or_nothing(members: list[PodView], expect: list[str]) -> None:
+    d = decide(world(members, signals=[signal("data")]), NOW)
+    assert released(d) == expect
+    gang_removals = sorted(a.pod.name for a in of(d, RemoveGate) if a.gate == GANG)
+    assert gang_removals == expect
+
+
+def test_gang_waits_and_names_the_member_it_waits_for() -> None:
+    members = [gang_pod("a"), gang_pod("b"), gang_pod("c", ready=False)]
+    d = decide(world(members, signals=[signal("data")]), NOW)
+    # The met data gates go now (the gang gate still holds each pod back).
+    assert sorted(a.pod.name for a in of(d, RemoveGate)) == ["a", "b"]
+    c = condition(d, "a")
+    assert c is not None and f"{GANG} (gang g: 2/3 pods ready)" in c.message
+    assert "c waits for gates.pilotfish.io/data" in d.waiting["team-a/a"]
+
+
+@pytest.mark.parametrize(("limit", "expect"), [("2", []), ("3", ["a", "b", "c"])])
+def test_gang_quota_is_checked_for_the_whole_gang(limit: str, expect: list[str]) -> None:
+    members = [
+        view(n, {"gang": rec("Gang", size=3), "quota": rec("Quota")}, gang="g", team="t")
+        for n in "abc"
+    ]
+    d = decide(world(members, quotas=[team_quota("t", batch={"cpu": limit})]), NOW)
+    assert released(d) == expect
+
+
+def test_gang_larger_than_the_in_flight_cap_still_goes_when_nothing_is_in_flight() -> None:
+    members = [gang_pod(n) for n in "abc"]
+    d = decide(
+        world(members, signals=[signal("data")], pacing={"team-a": Pacing(max_in_flight=2)}), NOW
+    )
+    assert released(d) == ["a", "b", "c"]
+
+
+# --- quota ---------------------------------------------------------------------------------
+
+
+def test_quota_counts_releases_within_one_round() -> None:
+    pods = [view(f"p{i}", {"quota": rec("Quota")}, team="t", age=10 - i) for i in range(5)]
+    d = decide(world(pods, quotas=[team_quota("t", batch={"cpu": "3"})]), NOW)
+    assert released(d) == ["p0", "p1", "p2"]
+    assert "cpu 3/3 used, pod asks 1" in d.waiting["team-a/p3"]
+
+
+def test_quota_usage_includes_ungated_pods_and_released_ones() -> None:
+    pods = [
+        view("new", {"quota": rec("Quota")}, team="t"),
+        view("released-earlier", None, team="t", cpu="2"),
+        view("finished", None, team="t", cpu="2", phase="Succeeded"),
+        view("leaving", None, team="t", cpu="2", deleting=True),
+        view("still-gated", {"data": rec()}, team="t", cpu="2"),
+    ]
+    # 1 cpu from pods without the gated label, counted under the namespace's team.
+    usage = {("team-a", "", "batch"): {"cpu": Fraction(1), "pods": Fraction(1)}}
+    q = team_quota("t", batch={"cpu": "4"})
+    d = decide(
+        world(pods, quotas=[q], usage=usage, namespace_labels={"team-a": {names.LABEL_TEAM: "t"}}),
+        NOW,
+    )
+    assert released(d) == ["new"]
+    ev = next(a.evidence for a in of(d, RemoveGate) if a.gate == QUOTA)
+    assert "cpu 3/4 used, pod asks 1" in ev
+    q2 = team_quota("t", batch={"cpu": "3"})
+    d2 = decide(
+        world(pods, quotas=[q2], usage=usage, namespace_labels={"team-a": {names.LABEL_TEAM: "t"}}),
+        NOW,
+    )
+    assert released(d2) == []
+
+
+def test_quota_refusal_holds_later_pods_of_the_same_team_and_band() -> None:
+    """A big pod first in line is not starved by smaller ones behind it; other teams go."""
+    pods = [
+        view("big", {"quota": rec("Quota")}, team="t", cpu="4", priority=10),
+        view("small", {"quota": rec("Quota")}, team="t", cpu="1"),
+        view("other-team", {"quota": rec("Quota")}, team="u", cpu="1"),
+    ]
+    q = [team_quota("t", batch={"cpu": "3"}), team_quota("u", batch={"cpu": "3"})]
+    d = decide(world(pods, quotas=q), NOW)
+    assert released(d) == ["other-team"]
+    assert d.waiting["team-a/small"].startswith("queued behind team-a/big")
+
+
+POD_SPECS = st.lists(
+    st.tuples(
+        st.integers(1, 4),  # cpu
+        st.sampled_from(["t", "u"]),
+        st.sampled_from(["batch", "production"]),
+        st.integers(0, 3),  # priority
+        st.booleans(),  # in a gang of two
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    specs=POD_SPECS,
+    limits=st.fixed_dictionaries(
+        {(t, b): st.integers(0, 12) for t in ("t", "u") for b in ("batch", "production")}
+    ),
+    used=st.fixed_dictionaries(
+        {(t, b): st.integers(0, 8) for t in ("t", "u") for b in ("batch", "production")}
+    ),
+    pod_limit=st.integers(1, 8),
+)
+def test_property_quota_is_never_over_released(
+    specs: list[tuple[int, str, str, int, bool]],
+    limits: dict[tuple[str, str], int],
+    used: dict[tuple[str, str], int],
+    pod_limit: int,
+) -> None:
+    pods = []
+    for i, (cpu, team, band, prio, ganged) in enumerate(specs):
+        gated: dict[str, GateRecord] = {"quota": rec("Quota")}
+        if ganged:
+            gated["gang"] = rec("Gang", size=2)
+        pods.append(
+            view(
+                f"p{i}",
+                gated,
+                cpu=str(cpu),
+                team=team,
+                band=band,
+                priority=prio,
+                gang=f"{team}-{band}" if ganged else None,
+                age=i,
+            )
+        )
+    quotas = [
+        team_quota(
+            t,
+            None,
+            batch={"cpu": str(limits[(t, "batch")]), "pods": pod_limit},
+            production={"cpu": str(limits[(t, "production")]), "pods": pod_limit},
+        )
+        for t in ("t", "u")
+    ]
+    usage = {
+        ("team-a", t, b): {"cpu": Fraction(used[(t, b)]), "pods": Fraction(1)} for (t, b) in used
+    }
+    d = decide(world(pods, quotas=quotas, usage=usage), NOW)
+    by_name = {p.name: p for p in pods}
+    for t in ("t", "u"):
+        for b in ("batch", "production"):
+            out = [
+                by_name[n]
+                for n in released(d)
+                if by_name[n].labels[names.LABEL_TEAM] == t and by_name[n].band == b
+            ]
+            cpu_out = sum((p.requests["cpu"] for p in out), Fraction(0))
+            if out:
+                assert used[(t, b)] + cpu_out <= limits[(t, b)]
+                assert 1 + len(out) <= pod_limit
+    # Gangs are all or nothing.
+    for g in {p.gang for p in pods if p.gang}:
+        members = [p.name for p in pods if p.gang == g]
+        got = [n for n in members if n in released(d)]
+        assert got == [] or (len(members) >= 2 and got == members)
+
+
+# --- expiry --------------------------------------------------------------------------------
+
+
+def test_expiry_fail_marks_expired_then_deletes() -> None:
+    p = view("p", {"data": rec(deadline=-1, timeout=30, on_expiry="Fail")})
+    d = decide(world([p], signals=[signal("data", "False")]), NOW)
+    [e] = of(d, Expire)
+    assert (e.gate, e.action) == (DATA, "Fail")
+    assert "not Ready" in e.evidence
+    c = condition(d, "p")
+    assert c is not None and (c.status, c.reason) == ("False", gates.STATE_EXPIRED)
+    assert "timeout 30s, onExpiry Fail" in c.message and "the pod is deleted" in c.message
+    assert of(d, RemoveGate) == []
+
+
+def test_expiry_fail_wins_over_releasing_other_gates() -> None:
+    p = view("p", {"data": rec(), "late": rec(signal="never", deadline=-1)})
+    d = decide(world([p], signals=[signal("data")]), NOW)
+    assert of(d, RemoveGate) == []
+    assert [e.gate for e in of(d, Expire)] == [gate("late")]
+
+
+def test_expiry_retry_extends_the_deadline_with_backoff() -> None:
+    p = view(
+        "p", {"data": rec(deadline=-1, on_expiry="Retry", initial=10, maximum=600, attempts=2)}
+    )
+    d = decide(world([p], signals=[signal("data", "False")]), NOW)
+    [u] = of(d, UpdateRecord)
+    [e] = of(d, Expire)
+    new = read_record({"metadata": {"annotations": {gates.ANNOTATION_RECORD: u.record}}})
+    assert new is not None
+    assert new.gates[DATA].attempts == 3
+    assert new.gates[DATA].deadline == gates.format_time(at(40))  # 10 * 2**2
+    assert (e.action, e.attempts, e.next_deadline) == ("Retry", 3, new.gates[DATA].deadline)
+    assert d.wake_at == at(40)
+    assert of(d, RemoveGate) == []
+
+
+def test_retry_backoff_sequence_doubles_up_to_the_cap() -> None:
+    r = rec(on_expiry="Retry", initial=10, maximum=300)
+    seen: list[int] = []
+    p = pod_view(pod("p", {"data": r}))
+    for _ in range(7):
+        expired_at = gates.parse_time(p.record[DATA].deadline) + datetime.timedelta(seconds=1)
+        d = decide(world([p], signals=[signal("data", "False")]), expired_at)
+        [u] = of(d, UpdateRecord)
+        nxt = read_record({"metadata": {"annotations": {gates.ANNOTATION_RECORD: u.record}}})
+        assert nxt is not None
+        seen.append(int((gates.parse_time(nxt.gates[DATA].deadline) - expired_at).total_seconds()))
+        p = pod_view(pod("p", dict(nxt.gates)))
+    assert seen == [10, 20, 40, 80, 160, 300, 300]
+    assert retry_backoff(rec(initial=10, maximum=300, attempts=10)) == 300
+
+
+def test_expiry_review_flags_once_and_keeps_the_gate() -> None:
+    p = view("p", {"data": rec(deadline=-1, on_expiry="Review")})
+    d = decide(world([p], signals=[signal("data", "False")]), NOW)
+    assert [(e.gate, e.action) for e in of(d, Expire)] == [(DATA, "Review")]
+    assert of(d, RemoveGate) == []
+    c = condition(d, "p")
+    assert c is not None and c.reason == gates.STATE_EXPIRED and "review" in c.message
+    # Next round: the pod carries the review label: no second expiry, no wake-up for it.
+    flagged = view("p", {"data": rec(deadline=-1, on_expiry="Review")}, review=True)
+    d2 = decide(world([flagged], signals=[signal("data", "False")]), at(5))
+    assert of(d2, Expire) == [] and d2.wake_at is None
+    # A person (or the signal) may still release it: the condition is still evaluated.
+    d3 = decide(world([flagged], signals=[signal("data")]), at(6))
+    assert released(d3) == ["p"]
+
+
+def test_quota_refused_past_the_deadline_expires() -> None:
+    p = view("p", {"quota": rec("Quota", deadline=-1, on_expiry="Fail")}, team="t", cpu="5")
+    d = decide(world([p], quotas=[team_quota("t", batch={"cpu": "4"})]), NOW)
+    [e] = of(d, Expire)
+    assert "cpu 0/4 used, pod asks 5" in e.evidence
+
+
+def test_met_but_paced_does_not_expire() -> None:
+    """Waiting only for our own throttling is not the condition failing."""
+    pods = [view(f"p{i}", {"data": rec(deadline=-1)}, age=10 - i) for i in range(2)]
+    d = decide(
+        world(pods, signals=[signal("data")], pacing={"team-a": Pacing(max_in_flight=1)}), NOW
+    )
+    assert released(d) == ["p0"]
+    assert of(d, Expire) == []
+
+
+# --- wake-up -------------------------------------------------------------------------------
+
+
+def test_next_wake_up_is_the_earliest_future_deadline() -> None:
+    pods = [
+        view("a", {"data": rec(deadline=300)}),
+        view("b", {"data": rec(deadline=45), "other": rec(signal="x", deadline=900)}),
+        view("c", {"data": rec(deadline=120)}),
+    ]
+    d = decide(world(pods, signals=[signal("data", "False")]), NOW)
+    assert d.wake_at == at(45)
+
+
+def test_no_deadline_no_wake_up() -> None:
+    d = decide(world([view("p", None, node="n", phase="Running")]), NOW)
+    assert d.wake_at is None
+
+
+@given(st.lists(st.integers(1, 10_000), min_size=1, max_size=20))
+def test_property_wake_up_is_min_of_deadlines(deadlines: list[int]) -> None:
+    pods = [view(f"p{i}", {"data": rec(deadline=s)}) for i, s in enumerate(deadlines)]
+    d = decide(world(pods, signals=[signal("data", "False")]), NOW)
+    assert d.wake_at == at(min(deadlines))
+
+
+# --- the State condition -------------------------------------------------------------------
+
+
+def test_condition_already_correct_is_not_rewritten() -> None:
+    msg = f"waiting for {DATA} (GateSignal data not Ready)"
+    p = view("p", {"data": rec()}, state=("False", gates.STATE_GATED, msg))
+    d = decide(world([p], signals=[signal("data", "False")]), NOW)
+    assert d.actions == ()
+
+
+def test_condition_keeps_its_transition_time_while_status_stays() -> None:
+    p = view("p", {"data": rec()}, age=60, state=("False", gates.STATE_GATED, "older message"))
+    d = decide(world([p], signals=[signal("data", "False")]), NOW)
+    c = condition(d, "p")
+    assert c is not None and c.last_transition_time == gates.format_time(at(-60))
+    d2 = decide(world([p], signals=[signal("data")]), NOW)
+    c2 = condition(d2, "p")
+    assert c2 is not None and c2.last_transition_time == gates.format_time(NOW)
+
+
+@pytest.mark.parametrize(
+    ("kw", "state"),
+    [
+        ({}, (gates.STATE_READY, "all Pilotfish gates removed")),
+        (
+            {"scheduled": ("False", "Unschedulable", "0/3 nodes are available")},
+            (gates.STATE_UNSCHEDULABLE, "0/3 nodes are available"),
+        ),
+        ({"node": "kwok-1", "phase": "Running"}, (gates.STATE_RUNNING, "running on node kwok-1")),
+        ({"node": "kwok-1"}, (gates.STATE_READY, "all Pilotfish gates removed")),
+    ],
+)
+def test_state_after_release_follows_the_scheduler(
+    kw: dict[str, Any], state: tuple[str, str]
+) -> None:
+    d = decide(world([view("p", None, **kw)]), NOW)
+    c = condition(d, "p")
+    assert c is not None and (c.status, c.reason, c.message) == ("True", *state)
+
+
+def test_same_world_same_decision() -> None:
+    """Level-triggered: deciding twice from the same view gives the same writes, so a
+    duplicate event or a restart converges instead of doing something else."""
+    pods = [
+        view(f"p{i}", {"data": rec(), "quota": rec("Quota")}, team="t", age=i) for i in range(4)
+    ]
+    w: World = world(pods, signals=[signal("data")], quotas=[team_quota("t", batch={"cpu": "2"})])
+    a: tuple[Action, ...] = decide(w, NOW).actions
+    assert a == decide(w, NOW).actions

@@ -83,7 +83,14 @@ class Env:
         wait_until(f"{name} gone", lambda: supervisor.running(layout, name) is None, timeout=10)
 
     def restart(self, name: str) -> None:
-        supervisor.start(self.require_local(), self.host_process(name))
+        """Start a killed host process again, once the kernel has let go of its port."""
+        component = self.host_process(name)
+        wait_until(
+            f"port {component.port} free",
+            lambda: not supervisor.port_in_use(component.port),
+            timeout=30,
+        )
+        supervisor.start(self.require_local(), component)
 
     def require_local(self) -> Layout:
         if self.layout is None:

@@ -13,7 +13,9 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 import kopf
 from aiohttp import web
@@ -22,7 +24,11 @@ from pilotfish import httpserver, metrics, names
 from pilotfish.kube.client import api_client
 from pilotfish.kube.leader import LeaderElector
 from pilotfish.kube.rest import Rest
+from pilotfish.operators.endpoints import EndpointsController
+from pilotfish.operators.gates import GateController
 from pilotfish.operators.nodelifecycle import NodeLifecycleController
+from pilotfish.operators.quota import QuotaController
+from pilotfish.operators.serviceworkload import ServiceWorkloadController
 
 log = logging.getLogger("pilotfish.operator")
 
@@ -42,10 +48,35 @@ class Controller(Protocol):
     async def run(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class Options:
+    """Process-wide settings some controllers need: who this process is (Events, audit) and
+    where their files go. A controller that wants them has `configure(options)`."""
+
+    identity: str = "pilotfish-operator"
+    audit_log: Path | None = None
+
+
+@runtime_checkable
+class Configurable(Protocol):
+    def configure(self, options: Options) -> None: ...
+
+
 # Hot-path controllers on the shared informer, by name (`pilotfish operator --controllers`).
 CONTROLLERS: dict[str, Callable[[Rest], Controller]] = {
     "nodelifecycle": NodeLifecycleController,
+    "endpoints": EndpointsController,
+    "quota": QuotaController,
+    "gates": GateController,
+    "serviceworkload": ServiceWorkloadController,
 }
+
+
+def build(name: str, rest: Rest, options: Options) -> Controller:
+    controller = CONTROLLERS[name](rest)
+    if isinstance(controller, Configurable):
+        controller.configure(options)
+    return controller
 
 
 async def run(
@@ -54,6 +85,7 @@ async def run(
     metrics_port: int,
     namespace: str | None = None,
     controllers: Iterable[str] = tuple(CONTROLLERS),
+    audit_log: str | None = None,
 ) -> int:
     unknown = set(controllers) - set(CONTROLLERS)
     if unknown:
@@ -70,6 +102,7 @@ async def run(
     api = await api_client(kubeconfig)
     rest = Rest(api)
     identity = f"{socket.gethostname()}-{os.getpid()}"
+    options = Options(identity=identity, audit_log=Path(audit_log) if audit_log else None)
     elector = LeaderElector(api, namespace or names.SYSTEM_NAMESPACE, LEASE_NAME, identity)
     try:
         await elector.acquire()
@@ -79,7 +112,7 @@ async def run(
             asyncio.create_task(
                 kopf.operator(clusterwide=True, standalone=True, stop_flag=stop, registry=registry)
             ),
-            *(asyncio.create_task(CONTROLLERS[name](rest).run()) for name in controllers),
+            *(asyncio.create_task(build(name, rest, options).run()) for name in controllers),
         }
         holder = asyncio.create_task(elector.hold())
         done, _ = await asyncio.wait({*tasks, holder}, return_when=asyncio.FIRST_COMPLETED)

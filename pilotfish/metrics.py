@@ -17,6 +17,34 @@ EXTENDER_REQUEST_SECONDS = Histogram(
     ["verb"],
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
 )
+EXTENDER_SNAPSHOT_SYNCED = Gauge(
+    "pilotfish_extender_snapshot_synced",
+    "1 once the extender's node and pod snapshot has listed everything; until then filter "
+    "answers an error and kube-scheduler (ignorable) places pods without the extender.",
+)
+EXTENDER_SNAPSHOT_NODES = Gauge(
+    "pilotfish_extender_snapshot_nodes",
+    "Nodes in the extender's snapshot (including nodes only known from their pods).",
+)
+EXTENDER_SNAPSHOT_PODS = Gauge(
+    "pilotfish_extender_snapshot_pods",
+    "Bound, unfinished pods in the extender's snapshot.",
+)
+EXTENDER_ASSUMED_PODS = Gauge(
+    "pilotfish_extender_assumed_pods",
+    "Pods scored but not yet seen bound, counted on their best-scored node.",
+)
+EXTENDER_REJECTED_NODES = Counter(
+    "pilotfish_extender_rejected_nodes_total",
+    "Candidate nodes the extender's filter rejected, by cause.",
+    ["cause"],
+)
+EXTENDER_PREEMPTION_VETOES = Counter(
+    "pilotfish_extender_preemption_vetoes_total",
+    "Preemption candidate nodes dropped by the extender, by cause (a production victim, or "
+    "a victim the snapshot does not know yet).",
+    ["cause"],
+)
 
 WEBHOOK_REVIEWS = Counter(
     "pilotfish_webhooks_reviews_total",
@@ -28,6 +56,11 @@ WEBHOOK_REVIEW_SECONDS = Histogram(
     "Time to answer one admission review, by webhook path.",
     ["webhook"],
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+)
+
+WEBHOOK_QUOTA_CONFLICTS = Counter(
+    "pilotfish_webhooks_quota_reservation_conflicts_total",
+    "TeamQuota reservations that lost a race to another admission and were decided again.",
 )
 
 OPERATOR_RECONCILE_ERRORS = Counter(
@@ -45,4 +78,115 @@ OPERATOR_CONFLICTS = Counter(
 OPERATOR_LEADER = Gauge(
     "pilotfish_operator_leader",
     "1 while this operator process holds the leader lease, else 0.",
+)
+
+EVENTS = Counter(
+    "pilotfish_events_total",
+    "events.k8s.io Events by reporting controller, reason and outcome (created, series, "
+    "pending: counted into a series written later, dropped: spam filter, failed).",
+    ["controller", "reason", "outcome"],
+)
+
+# The gate controller (operators/gates). Gate names are label values: they are few (each
+# comes from a GatePolicy) and they name the unmet condition, never data.
+GATES_GATED_PODS = Gauge(
+    "pilotfish_gates_gated_pods",
+    "Live pods still holding a Pilotfish scheduling gate, by gate and namespace.",
+    ["gate", "namespace"],
+)
+GATES_OLDEST_GATED_AGE = Gauge(
+    "pilotfish_gates_oldest_gated_age_seconds",
+    "Age of the oldest live pod still holding the gate, by gate and namespace: the "
+    "silent-stall alarm (compare with pilotfish_gates_timeout_seconds).",
+    ["gate", "namespace"],
+)
+GATES_TIMEOUT = Gauge(
+    "pilotfish_gates_timeout_seconds",
+    "The longest timeout a live pod holding the gate was given, by gate and namespace.",
+    ["gate", "namespace"],
+)
+GATES_RELEASE_AGE = Histogram(
+    "pilotfish_gates_release_age_seconds",
+    "How long a pod held a gate when the gate was removed, by gate.",
+    ["gate"],
+    buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600),
+)
+GATES_RELEASES = Counter(
+    "pilotfish_gates_releases_total",
+    "Gates removed because their condition held, by gate and namespace.",
+    ["gate", "namespace"],
+)
+GATES_EXPIRATIONS = Counter(
+    "pilotfish_gates_expirations_total",
+    "Gates that reached their deadline unmet, by gate and expiry action (Fail, Retry, Review).",
+    ["gate", "action"],
+)
+GATES_QUEUE_DEPTH = Gauge(
+    "pilotfish_gates_queue_depth",
+    "Keys waiting in the gate controller's work queue.",
+)
+GATES_PENDING_WRITES = Gauge(
+    "pilotfish_gates_pending_writes",
+    "Writes the current decision round has decided and not applied yet.",
+)
+GATES_IN_FLIGHT = Gauge(
+    "pilotfish_gates_in_flight_pods",
+    "Pods released from their gates but not yet bound to a node, by namespace (tenant).",
+    ["namespace"],
+)
+GATES_ROUND_SECONDS = Histogram(
+    "pilotfish_gates_round_duration_seconds",
+    "Time of one decision round of the gate controller: observe, decide and act.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+
+ENDPOINTS_SLICE_WRITES = Counter(
+    "pilotfish_endpoints_slice_writes_total",
+    "EndpointSlice writes that succeeded, by verb (create, update, delete).",
+    ["verb"],
+)
+ENDPOINTS = Gauge(
+    "pilotfish_endpoints_endpoints",
+    "Endpoints in Pilotfish-managed EndpointSlices, by whether they are ready.",
+    ["ready"],
+)
+ENDPOINTS_SYNC_SECONDS = Histogram(
+    "pilotfish_endpoints_sync_latency_seconds",
+    "Time from a pod change being seen to the slice that shows it being written "
+    "(includes the coalescing delay under churn).",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0),
+)
+ENDPOINTS_QUEUE_DEPTH = Gauge(
+    "pilotfish_endpoints_queue_depth",
+    "Services waiting in the endpoints controller's work queue.",
+)
+ENDPOINTS_DRAINED = Counter(
+    "pilotfish_endpoints_drained_total",
+    "Draining pods marked drained-at after the slice write that took them out of rotation.",
+)
+
+# The ServiceWorkload rollout controller (operators/serviceworkload).
+ROLLOUT_SYNC_SECONDS = Histogram(
+    "pilotfish_rollout_sync_duration_seconds",
+    "Time of one ServiceWorkload sync: observe, plan, act and write status.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+ROLLOUT_POD_ACTIONS = Counter(
+    "pilotfish_rollout_pod_actions_total",
+    "Pod actions the rollout controller applied, by action (create, drain, delete) and "
+    "outcome (ok, failed).",
+    ["action", "outcome"],
+)
+ROLLOUT_WORKLOADS = Gauge(
+    "pilotfish_rollout_workloads",
+    "ServiceWorkloads by rollout state (complete, progressing, paused, stalled).",
+    ["state"],
+)
+ROLLOUT_EXPECTED_WRITES = Gauge(
+    "pilotfish_rollout_expected_writes",
+    "The rollout controller's own writes not yet seen by its informers (expectations).",
+)
+ROLLOUT_QUEUE_DEPTH = Gauge(
+    "pilotfish_rollout_queue_depth",
+    "ServiceWorkloads waiting in the rollout controller's work queue.",
 )

@@ -447,8 +447,9 @@ def test_helm_template_default() -> None:
     assert mutating["webhooks"][0]["clientConfig"]["service"]["name"] == "pilotfish-webhooks"
     (config,) = [d for d in docs if d["kind"] == "ConfigMap"]
     scheduler = yaml.safe_load(config["data"]["config.yaml"])
-    (extender,) = scheduler["extenders"]
+    extender, gpus = scheduler["extenders"]
     assert extender["urlPrefix"] == "http://pilotfish-extender.pilotfish-system.svc:8080"
+    assert gpus["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": True}]
     assert extender["weight"] == 5
     assert extender["ignorable"] is True
 

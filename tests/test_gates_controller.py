@@ -524,7 +524,9 @@ async def test_gauges_drop_label_sets_that_are_gone(
     raise_signal(c, ready="False")
     await c.sync(ROUND)
     assert metrics.GATES_GATED_PODS.labels(DATA, "team-a")._value.get() == 1
-    assert metrics.GATES_OLDEST_GATED_AGE.labels(DATA)._value.get() == 30
+    assert metrics.GATES_OLDEST_GATED_AGE.labels(DATA, "team-a")._value.get() == 30
+    timeout = metrics.GATES_TIMEOUT.labels(DATA, "team-a")._value.get()
+    assert timeout == p_record_timeout(p)
     c.pods.store.clear()
     c._on_pod("DELETED", p, None)
     await c.sync(ROUND)
@@ -565,3 +567,12 @@ async def test_watch_ahead_of_the_write_response_wins(
     assert "team-a/p" not in c._assumed
     await c.sync(ROUND)
     assert api.pods["team-a/p"]["status"]["conditions"][-1]["reason"] == gates.STATE_UNSCHEDULABLE
+
+
+def p_record_timeout(pod: Any) -> float:
+    """The timeout the webhook's record gave the pod's gate (what the alert compares with)."""
+    from pilotfish.gates import read_record
+
+    record = read_record(pod)
+    assert record is not None
+    return float(record.gates[DATA].timeout_seconds)

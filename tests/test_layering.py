@@ -63,3 +63,18 @@ def test_the_check_would_see_a_violation(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from pilotfish.extender import server\n")
     assert imported_modules(bad) >= {"pilotfish.extender", "pilotfish.extender.server"}
+
+
+def test_pyproject_lists_every_package() -> None:
+    """setuptools' package-dir mapping needs an explicit list: a package missing from it
+    imports in an editable install and is silently absent from a built wheel."""
+    import tomllib
+
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(cfg["packages"])
+    found = set()
+    for package, folder in cfg["package-dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join((package, *rel)))
+    assert found <= listed, f"missing from pyproject packages: {sorted(found - listed)}"

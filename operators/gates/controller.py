@@ -690,6 +690,7 @@ class GateController:
     def _update_metrics(self, world: World, now: datetime.datetime) -> None:
         gated: Counter[tuple[str, ...]] = Counter()
         oldest: dict[tuple[str, ...], float] = {}
+        timeout: dict[tuple[str, ...], float] = {}
         in_flight: Counter[tuple[str, ...]] = Counter()
         for p in world.pods:
             if not p.alive:
@@ -697,12 +698,17 @@ class GateController:
             since = parse_ts(p.record_created) or p.created
             age = max(0.0, (now - since).total_seconds())
             for g in p.pilotfish_gates:
-                gated[(g, p.namespace)] += 1
-                oldest[(g,)] = max(oldest.get((g,), 0.0), age)
+                key = (g, p.namespace)
+                gated[key] += 1
+                oldest[key] = max(oldest.get(key, 0.0), age)
+                rec = p.record.get(g)
+                if rec is not None:
+                    timeout[key] = max(timeout.get(key, 0.0), float(rec.timeout_seconds))
             if p.released and not p.node_name:
                 in_flight[(p.namespace,)] += 1
         self._set_gauge("gated", metrics.GATES_GATED_PODS, gated)
         self._set_gauge("oldest", metrics.GATES_OLDEST_GATED_AGE, oldest)
+        self._set_gauge("timeout", metrics.GATES_TIMEOUT, timeout)
         self._set_gauge("in_flight", metrics.GATES_IN_FLIGHT, in_flight)
 
     # run

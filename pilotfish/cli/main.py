@@ -52,14 +52,23 @@ def _dev(args: argparse.Namespace) -> int:
 def _extender(args: argparse.Namespace) -> int:
     from pilotfish.extender import server
 
-    asyncio.run(server.serve(args.host, args.port))
+    asyncio.run(server.serve(args.host, args.port, args.kubeconfig))
     return 0
 
 
 def _webhooks(args: argparse.Namespace) -> int:
     from pilotfish.webhooks import server
 
-    asyncio.run(server.serve(args.host, args.port, args.cert, args.key))
+    asyncio.run(
+        server.serve(
+            args.host,
+            args.port,
+            args.cert,
+            args.key,
+            args.kubeconfig,
+            scheduler_name=args.scheduler_name or None,
+        )
+    )
     return 0
 
 
@@ -75,6 +84,7 @@ def _operator(args: argparse.Namespace) -> int:
             args.metrics_host,
             args.metrics_port,
             controllers=controllers if controllers is not None else tuple(runner.CONTROLLERS),
+            audit_log=args.audit_log,
         )
     )
 
@@ -116,6 +126,10 @@ def parser() -> argparse.ArgumentParser:
     wh.add_argument("--cert", required=True)
     wh.add_argument("--key", required=True)
     wh.add_argument("--kubeconfig")
+    wh.add_argument(
+        "--scheduler-name",
+        help="schedulerName given to band pods that use the default scheduler (unset: keep it)",
+    )
     wh.set_defaults(func=_webhooks)
 
     op = sub.add_parser("operator", help="the controllers, leader-elected")
@@ -125,6 +139,11 @@ def parser() -> argparse.ArgumentParser:
     op.add_argument(
         "--controllers",
         help="comma-separated hot-path controllers to run (default: all); '' runs none",
+    )
+    op.add_argument(
+        "--audit-log",
+        help="append the gate controller's audit records (JSON lines) to this file; "
+        "they always go to the log on stderr too",
     )
     op.set_defaults(func=_operator)
 

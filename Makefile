@@ -35,8 +35,10 @@ unit: $(STAMP)
 e2e: $(STAMP) binaries
 	$(PY) -m pytest e2e -q
 
+# Every benchmark, each printing one JSON object (benchmarks/common.py is a shared module).
+BENCHMARKS := $(filter-out __init__ common,$(basename $(notdir $(wildcard benchmarks/*.py))))
 bench: $(STAMP) binaries
-	@for b in benchmarks/*.py; do [ "$$(basename $$b)" = __init__.py ] || $(PY) $$b; done
+	@for b in $(BENCHMARKS); do $(PY) -m benchmarks.$$b || exit 1; done
 
 crds: $(STAMP)
 	$(PY) -m pilotfish.api.crdgen

@@ -18,8 +18,6 @@ Run: PILOTFISH_E2E_PORT_OFFSET=10000 .venv/bin/python -m pytest e2e/test_extende
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -27,13 +25,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from e2e.conftest import Env, wait_until
 from pilotfish import names
-from pilotfish.devcluster import components, nodes
+from pilotfish.devcluster import nodes
 
 PRODUCTION = names.PRIORITY_CLASS["production"]
 BATCH = names.PRIORITY_CLASS["batch"]
@@ -361,82 +358,20 @@ def gpu_nodes(env: Env) -> Iterator[list[str]]:
                     raise
 
 
-GPU_AWARE = "e2e-gpu-aware"
 GPU_SUMMARY = (
     "no node in zone-a, zone-b or zone-c has 8 free GPUs (nvidia.com/gpu): "
     "zone-a: 4 have none; zone-b: 4 have 4; zone-c: 4 have none"
 )
 
 
-def gpu_aware_config(env: Env) -> dict[str, Any]:
-    """The cluster's scheduler configuration plus a second entry for the same extender that
-    manages nvidia.com/gpu: kube-scheduler then leaves GPUs out of its own resource fit
-    (`ignoredByScheduler`) and asks the extender, non-ignorably, for GPU pods only
-    (`managedResources` makes that entry interested in nothing else)."""
-    layout = env.require_local()
-    assert env.spec is not None
-    config = components.scheduler_config(layout, env.spec.ports)
-    config["profiles"] = [{"schedulerName": GPU_AWARE}]
-    general = config["extenders"][0]
-    config["extenders"] = [
-        general,
-        {
-            "urlPrefix": general["urlPrefix"],
-            "filterVerb": general["filterVerb"],
-            "nodeCacheCapable": True,
-            "enableHTTPS": False,
-            "httpTimeout": general["httpTimeout"],
-            "ignorable": False,  # when the extender is down GPU pods wait: never overcommit
-            "managedResources": [{"name": GPU, "ignoredByScheduler": True}],
-        },
-    ]
-    return config
-
-
-@pytest.fixture
-def gpu_aware_scheduler(env: Env) -> Iterator[str]:
-    """A second kube-scheduler, started here with `gpu_aware_config` and stopped after."""
-    layout = env.require_local()
-    path = layout.config / f"{GPU_AWARE}.yaml"
-    path.write_text(yaml.safe_dump(gpu_aware_config(env)))
-    kubeconfig = str(layout.kubeconfig("kube-scheduler"))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with (layout.logs / f"{GPU_AWARE}.log").open("ab") as log:
-        proc = subprocess.Popen(
-            [
-                str(env.bins / "kube-scheduler"),
-                f"--config={path}",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        yield GPU_AWARE
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def test_why_pending_names_the_zone_and_the_resource(
-    env: Env, placement: str, gpu_nodes: list[str], gpu_aware_scheduler: str
+    env: Env, placement: str, gpu_nodes: list[str]
 ) -> None:
     """A pod asking 8 GPUs where zone-b's nodes have 4 each and the rest none.
 
-    With the shipped configuration kube-scheduler's own resource fit runs before the
-    extender and rejects every node itself, so the message names the resource only
-    ("Insufficient nvidia.com/gpu"). With the extender managing GPUs (`gpu_aware_config`),
-    the message is the extender's summary, naming the zones.
+    The shipped scheduler configuration lets the extender manage nvidia.com/gpu
+    (kube-scheduler's resource fit ignores it), so the pod's message is the extender's
+    summary, naming the zones, rather than "Insufficient nvidia.com/gpu".
     """
     wait_until(
         "the extender to see zone-b's GPUs",
@@ -446,14 +381,8 @@ def test_why_pending_names_the_zone_and_the_resource(
     message = wait_until(
         "train unschedulable", lambda: pod_scheduled_message(env, placement, "train")
     )
-    assert f"Insufficient {GPU}" in message, message
-
-    create(env, placement, gpu_pod("train-gpu-aware", scheduler=gpu_aware_scheduler))
-    message = wait_until(
-        "train-gpu-aware unschedulable",
-        lambda: pod_scheduled_message(env, placement, "train-gpu-aware"),
-    )
     assert GPU_SUMMARY in message, message
+    assert f"Insufficient {GPU}" not in message, message
 
 
 def gpu_pod(name: str = "train", scheduler: str | None = None) -> dict[str, Any]:

@@ -202,7 +202,8 @@ async def serve(
             bind_reviews(cache, clock, teams, scheduler_name),
             ready=lambda: cache.synced() and teams.synced(),
         )
-        await _run_together(
+        await httpserver.run_together(
+            "webhooks",
             httpserver.run_until_cancelled(app, host, port, name="webhooks", ssl_context=context),
             _watch(cache),
             teams.run(),
@@ -229,18 +230,3 @@ async def _watch(cache: GatePolicyCache) -> None:
         await cache.run()
     finally:
         announcer.cancel()
-
-
-async def _run_together(*coroutines: Awaitable[None]) -> None:
-    """Run until cancelled; if any part ends (a crashed informer would leave the view
-    frozen), stop the rest and raise, so the process exits and is restarted fresh."""
-    tasks = [asyncio.ensure_future(c) for c in coroutines]
-    try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            task.result()
-        raise RuntimeError("a webhooks task ended without an error")
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)

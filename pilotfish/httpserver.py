@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import ssl
+from collections.abc import Awaitable
 from typing import Any, Final
 
 from aiohttp import web
@@ -119,3 +120,19 @@ async def run_until_cancelled(
     finally:
         log.info("stopping", extra={"component": name, "host": host, "port": port})
         await runner.cleanup()
+
+
+async def run_together(what: str, *coroutines: Awaitable[None]) -> None:
+    """Run a server and the informers feeding it until cancelled; if any part ends (a
+    crashed informer would leave the view frozen), stop the rest and raise, so the process
+    exits and is restarted fresh instead of answering from a view that no longer moves."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
+        raise RuntimeError(f"{what}: a task ended without an error")
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -32,7 +32,6 @@ it has synced; bindings are made by the scheduler alone, so no pod is bound twic
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -199,21 +198,10 @@ async def serve_snapshot(
     feed ever stops (it retries internally, so only a bug ends it), the process stops too
     rather than answer from a view that no longer moves.
     """
-    server = asyncio.create_task(
-        httpserver.run_until_cancelled(make_app(Extender(snapshot)), host, port, name="extender")
+    server = httpserver.run_until_cancelled(
+        make_app(Extender(snapshot)), host, port, name="extender"
     )
-    tasks = {server}
-    if feed is not None:
-        tasks.add(asyncio.ensure_future(feed))
-    try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            task.result()
-        raise RuntimeError("the extender's snapshot feed stopped")
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    await httpserver.run_together("extender", server, *([feed] if feed is not None else []))
 
 
 async def serve(host: str, port: int, kubeconfig: str | None = None) -> None:

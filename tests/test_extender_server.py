@@ -378,5 +378,5 @@ async def test_serve_stops_when_its_feed_stops() -> None:
     async def quiet() -> None:
         return None
 
-    with pytest.raises(RuntimeError, match="feed stopped"):
+    with pytest.raises(RuntimeError, match="extender: a task ended without an error"):
         await server.serve_snapshot("127.0.0.1", free_port(), Snapshot(), quiet())

@@ -32,6 +32,7 @@ from pilotfish.gates import (
     PodGates,
     read_record,
 )
+from pilotfish.httpserver import run_together
 from pilotfish.kube.rest import ApiError, Rest
 from pilotfish.webhooks import gating, pods, server
 from pilotfish.webhooks.admission import Decision
@@ -668,9 +669,9 @@ async def test_a_view_that_stops_updating_stops_the_server() -> None:
         return None
 
     with pytest.raises(KeyError):
-        await asyncio.wait_for(server._run_together(serving(), informer_crashes()), 5)
+        await asyncio.wait_for(run_together("webhooks", serving(), informer_crashes()), 5)
     with pytest.raises(RuntimeError, match="ended without an error"):
-        await asyncio.wait_for(server._run_together(serving(), informer_returns()), 5)
+        await asyncio.wait_for(run_together("webhooks", serving(), informer_returns()), 5)
 
 
 # --- the chart's side: who may remove gates, who may raise signals -------------------------

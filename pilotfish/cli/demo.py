@@ -142,6 +142,141 @@ def gated_release(layout: Layout) -> None:
     )
 
 
+def _sw_status(custom: Any) -> dict[str, Any]:
+    sw = custom.get_namespaced_custom_object(
+        names.GROUP, names.VERSION, NAMESPACE, "serviceworkloads", "checkout"
+    )
+    return dict(sw.get("status") or {})
+
+
+def _slice_summary(layout: Layout) -> str:
+    return kubectl(
+        layout,
+        "get",
+        "endpointslices",
+        "-n",
+        NAMESPACE,
+        "-l",
+        "kubernetes.io/service-name=checkout",
+        "-o",
+        "custom-columns=SLICE:.metadata.name,MANAGED-BY:.metadata.labels."
+        "endpointslice\\.kubernetes\\.io/managed-by,READY:.endpoints[*].conditions.ready",
+    )
+
+
+def service_rollout(layout: Layout) -> None:
+    """The checkout service rolls to a new version; its endpoints follow, none dropped."""
+    api = cluster.api_client(layout)
+    custom = k8s.CustomObjectsApi(api)
+    wait(
+        "checkout Available with 6 replicas",
+        lambda: _sw_status(custom).get("availableReplicas") == 6,
+    )
+    print("==> service: checkout has 6 replicas behind a fixed ClusterIP and its EndpointSlices")
+    show(kubectl(layout, "get", "service", "checkout", "-n", NAMESPACE))
+    show(_slice_summary(layout))
+    before = _sw_status(custom).get("currentRevision")
+    print("==> rolling checkout to 1.1 (maxSurge 1, maxUnavailable 0)")
+    custom.patch_namespaced_custom_object(
+        names.GROUP,
+        names.VERSION,
+        NAMESPACE,
+        "serviceworkloads",
+        "checkout",
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "app",
+                                "image": "registry.example/payments/checkout:1.1",
+                                "ports": [{"containerPort": 8080}],
+                                "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
+                            }
+                        ]
+                    }
+                }
+            }
+        },
+    )
+
+    def rolled() -> bool:
+        st = _sw_status(custom)
+        return (
+            st.get("currentRevision") not in (None, before)
+            and st.get("updatedReplicas") == 6
+            and st.get("availableReplicas") == 6
+            and st.get("replicas") == 6
+        )
+
+    wait("checkout rolled out", rolled, timeout=180)
+    show(kubectl(layout, "get", "sw", "checkout", "-n", NAMESPACE))
+    show(_slice_summary(layout))
+
+
+def production_during_burst(layout: Layout) -> None:
+    """Production is placed within seconds while a batch burst queues behind it."""
+    core = k8s.CoreV1Api(cluster.api_client(layout))
+    burst = 150
+    print(f"==> a burst of {burst} batch pods, then 3 production pods")
+    for i in range(burst):
+        body = ledger_pod(100 + i)
+        body["metadata"]["labels"] = {"app": "burst", names.LABEL_BAND: "batch"}
+        body["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "200m"
+        core.create_namespaced_pod(NAMESPACE, body)
+    started = time.monotonic()
+    for i in range(3):
+        core.create_namespaced_pod(
+            NAMESPACE,
+            {
+                "metadata": {
+                    "name": f"checkout-hotfix-{i}",
+                    "labels": {"app": "hotfix", names.LABEL_BAND: "production"},
+                },
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": "registry.example/payments/hotfix:1",
+                            "resources": {"requests": {"cpu": "250m"}},
+                        }
+                    ]
+                },
+            },
+        )
+
+    def production_bound() -> bool:
+        pods = core.list_namespaced_pod(NAMESPACE, label_selector="app=hotfix").items
+        return len(pods) == 3 and all(p.spec.node_name for p in pods)
+
+    wait("production pods bound", production_bound)
+    took = time.monotonic() - started
+    pending = sum(
+        1
+        for p in core.list_namespaced_pod(NAMESPACE, label_selector="app=burst").items
+        if not p.spec.node_name
+    )
+    print(
+        f"    3 production pods bound {took:.1f}s after creation, "
+        f"while {pending} of {burst} batch pods were still waiting for the scheduler"
+    )
+    show(
+        kubectl(
+            layout,
+            "get",
+            "pods",
+            "-n",
+            NAMESPACE,
+            "-l",
+            "app=hotfix",
+            "-o",
+            "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,"
+            "PRIORITY:.spec.priority",
+        )
+    )
+
+
 def run(state: Path, nodes: int = cluster.DEFAULT_NODES) -> int:
     print(f"==> starting the local control plane and Pilotfish ({state})")
     layout = cluster.up(state, cluster.ClusterSpec(nodes=nodes))
@@ -155,6 +290,8 @@ def run(state: Path, nodes: int = cluster.DEFAULT_NODES) -> int:
     show(kubectl(layout, "apply", "-f", str(examples_dir())))
     if not _has_pods(layout, "app=ledger"):
         gated_release(layout)
+        service_rollout(layout)
+        production_during_burst(layout)
     print("==> kubectl get pilotfish -A")
     show(kubectl(layout, "get", "pilotfish", "-A"))
     print("\nUse it:")

@@ -271,8 +271,7 @@ def production_during_burst(layout: Layout) -> None:
             "-l",
             "app=hotfix",
             "-o",
-            "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,"
-            "PRIORITY:.spec.priority",
+            "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,PRIORITY:.spec.priority",
         )
     )
 

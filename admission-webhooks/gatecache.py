@@ -21,13 +21,12 @@ from datetime import UTC, datetime
 from typing import Final, Protocol
 
 from pilotfish.kube.informer import Informer, Obj, object_key
-from pilotfish.kube.rest import Resource, Rest
-from pilotfish.names import GROUP, VERSION
+from pilotfish.kube.rest import GATEPOLICIES, Rest
 from pilotfish.webhooks.gateview import BrokenPolicy, GateView, PolicyEntry, parse_policy
 
 log = logging.getLogger(__name__)
 
-GATE_POLICIES: Final = Resource(GROUP, VERSION, "gatepolicies")
+GATE_POLICIES: Final = GATEPOLICIES
 
 Clock = Callable[[], datetime]
 

@@ -15,14 +15,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Protocol
 
-from pilotfish import metrics, names
+from pilotfish import metrics
 from pilotfish.kube.informer import Informer
-from pilotfish.kube.rest import NAMESPACES, ApiError, Resource, Rest
+from pilotfish.kube.rest import NAMESPACES, TEAMQUOTAS, ApiError, Rest
 from pilotfish.webhooks import quota as quota_rules
 
 log = logging.getLogger(__name__)
 
-TEAMQUOTAS: Final = Resource(names.GROUP, names.VERSION, "teamquotas", namespaced=False)
 # Attempts at a reservation before the pod is refused as "quota busy": each conflict means
 # another pod's reservation landed first, and the next attempt decides with it counted.
 RESERVE_ATTEMPTS: Final = 8

@@ -43,7 +43,15 @@ from pilotfish.devcluster import supervisor
 from pilotfish.devcluster.cluster import ClusterSpec, host_processes, running_cluster
 from pilotfish.devcluster.components import Layout
 from pilotfish.kube.client import api_client
-from pilotfish.kube.rest import NAMESPACES, PODS, STRATEGIC_MERGE_PATCH, ApiError, Resource, Rest
+from pilotfish.kube.rest import (
+    NAMESPACES,
+    PODS,
+    SERVICEWORKLOADS,
+    STRATEGIC_MERGE_PATCH,
+    TEAMQUOTAS,
+    ApiError,
+    Rest,
+)
 from pilotfish.operators.endpoints import (
     ENDPOINTSLICES,
     ENV_MIN_WRITE_INTERVAL,
@@ -71,8 +79,6 @@ SETUP_TIMEOUT: Final = 300.0
 DRAIN_TIMEOUT: Final = 20.0
 IN_FLIGHT: Final = 64
 ROLLOUT_CONTROLLERS: Final = ("serviceworkload", "rollout")
-SERVICEWORKLOADS: Final = Resource(names.GROUP, names.VERSION, "serviceworkloads")
-TEAMQUOTAS: Final = Resource(names.GROUP, names.VERSION, "teamquotas", namespaced=False)
 TEAM: Final = "bench"
 
 MANAGERS: Final = {ENDPOINTSLICE_MANAGED_BY: "pilotfish", BUILTIN_MANAGED_BY: "builtin"}

@@ -54,12 +54,19 @@ from pilotfish import gates, names
 from pilotfish.devcluster.cluster import ClusterSpec, running_cluster
 from pilotfish.devcluster.components import Layout
 from pilotfish.kube.client import api_client
-from pilotfish.kube.rest import PODS, STRATEGIC_MERGE_PATCH, ApiError, Resource, Rest
+from pilotfish.kube.rest import (
+    GATEPOLICIES,
+    GATESIGNALS,
+    PODS,
+    STRATEGIC_MERGE_PATCH,
+    ApiError,
+    Rest,
+)
 
 GATE = "gates.pilotfish.io/bench-signal"
 RAW_GATE = "gates.pilotfish.io/bench-raw"
-GATE_SIGNALS = Resource(names.GROUP, names.VERSION, "gatesignals")
-GATE_POLICIES = Resource(names.GROUP, names.VERSION, "gatepolicies")
+GATE_SIGNALS = GATESIGNALS
+GATE_POLICIES = GATEPOLICIES
 # Pods here carry a hand-written gate contract; the webhooks would strip it (only they may
 # write a record), so these namespaces opt out of them, as the chart allows.
 NS_LABELS = {"pilotfish.io/webhooks": "disabled", names.LABEL_TEAM: "bench"}

@@ -37,7 +37,16 @@ from pilotfish.devcluster.cluster import ClusterSpec, running_cluster
 from pilotfish.devcluster.components import Layout
 from pilotfish.kube.client import api_client
 from pilotfish.kube.informer import Informer, Obj
-from pilotfish.kube.rest import JSON_PATCH, NAMESPACES, PODS, ApiError, Resource, Rest
+from pilotfish.kube.rest import (
+    JSON_PATCH,
+    NAMESPACES,
+    PODS,
+    SERVICEWORKLOADS,
+    TEAMQUOTAS,
+    ApiError,
+    Resource,
+    Rest,
+)
 
 NODES: Final = 30
 PORT_OFFSET: Final = 7000
@@ -58,8 +67,6 @@ DEPLOYMENT: Final = "deployment"
 SERVICEWORKLOAD: Final = "serviceworkload"
 
 DEPLOYMENTS: Final = Resource("apps", "v1", "deployments")
-SERVICEWORKLOADS: Final = Resource(names.GROUP, names.VERSION, "serviceworkloads")
-TEAMQUOTAS: Final = Resource(names.GROUP, names.VERSION, "teamquotas", namespaced=False)
 
 
 def log(message: str) -> None:

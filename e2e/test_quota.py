@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import sys
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from e2e.conftest import Env, wait_until
+from e2e.conftest import Env, run, wait_until
 from pilotfish import names
 
 
@@ -183,6 +185,9 @@ def test_batch_over_quota_waits_gated_and_starts_as_quota_frees(
     waiting = core.create_namespaced_pod(namespace, pod("waits", "batch", "2"))
     gate_names = [g.name for g in waiting.spec.scheduling_gates or []]
     assert gate_names == ["gates.pilotfish.io/quota-available"]
+    plugin = Path(sys.executable).parent / "kubectl-pilotfish"
+    why = run([str(plugin), "--kubeconfig", str(env.kubeconfig), "why", "waits", "-n", namespace])
+    assert f"team {team}, batch cpu: 4 of 4 used, pod asks 2" in why.stdout, why.stdout
     core.delete_namespaced_pod("runs", namespace, grace_period_seconds=0)
 
     def released() -> bool:

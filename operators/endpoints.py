@@ -46,7 +46,7 @@ from pilotfish import metrics, names
 from pilotfish.api.serviceworkload import ServicePort, ServiceSpec
 from pilotfish.kube.events import EventRecorder
 from pilotfish.kube.informer import Informer, Obj, object_key, slim
-from pilotfish.kube.rest import JSON_PATCH, NODES, PODS, ApiError, Resource, Rest
+from pilotfish.kube.rest import JSON_PATCH, NODES, PODS, SERVICEWORKLOADS, ApiError, Resource, Rest
 from pilotfish.kube.workqueue import RateLimiter, WorkQueue
 from pilotfish.workloads import (
     ANNOTATION_DRAIN,
@@ -63,7 +63,6 @@ REPORTING_CONTROLLER: Final = "pilotfish.io/endpoints"
 
 SERVICES: Final = Resource("", "v1", "services")
 ENDPOINTSLICES: Final = Resource("discovery.k8s.io", "v1", "endpointslices")
-SERVICEWORKLOADS: Final = Resource(names.GROUP, names.VERSION, "serviceworkloads")
 
 LABEL_MANAGED_BY: Final = "endpointslice.kubernetes.io/managed-by"
 LABEL_SERVICE_NAME: Final = "kubernetes.io/service-name"

@@ -16,15 +16,14 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Final
 
-from pilotfish import metrics, names, quota
+from pilotfish import metrics, quota
 from pilotfish.kube.informer import Informer, Obj
-from pilotfish.kube.rest import NAMESPACES, PODS, ApiError, Resource, Rest
+from pilotfish.kube.rest import NAMESPACES, PODS, TEAMQUOTAS, ApiError, Rest
 from pilotfish.kube.workqueue import WorkQueue
 
 log = logging.getLogger("pilotfish.quota")
 
 CONTROLLER: Final = "quota"
-TEAMQUOTAS: Final = Resource(names.GROUP, names.VERSION, "teamquotas", namespaced=False)
 # A reservation whose pod has not appeared by then was never created (the API server gives a
 # create 60 s at most; admission is well inside that).
 RESERVATION_TTL_SECONDS: Final = 60.0

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pilotfish import gates
-from pilotfish.cli.why import explain, latest_event
+from pilotfish.cli.why import explain, latest_event, quota_sentence
 
 NOW = datetime.datetime(2026, 3, 1, 12, 0, 0, tzinfo=datetime.UTC)
 SIGNAL = "gates.pilotfish.io/data-ready"
@@ -415,3 +415,54 @@ def test_explain_does_not_modify_its_inputs() -> None:
     before = (copy.deepcopy(pod), copy.deepcopy(events))
     explain(pod, events, NOW)
     assert (pod, events) == before
+
+
+def _quota_pod(cpu: str, gated: bool) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
+    if gated:
+        spec["schedulingGates"] = [{"name": "gates.pilotfish.io/quota-available"}]
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "labels": {"pilotfish.io/band": "batch"}},
+        "spec": spec,
+        "status": {"phase": "Pending"},
+    }
+
+
+def _tq(used: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "payments"},
+        "spec": {"team": "payments", "bands": {"batch": {"cpu": "100"}}},
+        "status": {"used": {"batch": {"cpu": used}}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("pod", "tq", "want"),
+    [
+        (
+            _quota_pod("8", gated=True),
+            _tq("96"),
+            "Quota (TeamQuota payments): team payments, batch cpu: 96 of 100 used, pod asks 8",
+        ),
+        (
+            _quota_pod("2", gated=True),
+            _tq("96"),
+            "Quota (TeamQuota payments): within the batch band's limits (cpu 96 of 100 used).",
+        ),
+        (
+            _quota_pod("8", gated=False),
+            _tq("96"),
+            "Quota (TeamQuota payments): within the batch band's limits (cpu 88 of 100 used).",
+        ),
+        (
+            _quota_pod("8", gated=True),
+            None,
+            "Quota: team payments has no TeamQuota granting the batch band.",
+        ),
+    ],
+)
+def test_quota_sentence_gives_the_amounts(
+    pod: dict[str, Any], tq: dict[str, Any] | None, want: str
+) -> None:
+    assert quota_sentence(pod, "payments", tq) == want
+    assert quota_sentence(pod, None, tq) is None

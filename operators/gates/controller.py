@@ -42,13 +42,15 @@ from pilotfish import quota as q
 from pilotfish.kube.events import EventRecorder, EventType
 from pilotfish.kube.informer import Informer, Obj, object_key, slim
 from pilotfish.kube.rest import (
+    GATEPOLICIES,
+    GATESIGNALS,
     JSON_PATCH,
     NAMESPACES,
     NODES,
     PODS,
     STRATEGIC_MERGE_PATCH,
+    TEAMQUOTAS,
     ApiError,
-    Resource,
     Rest,
 )
 from pilotfish.kube.workqueue import WorkQueue
@@ -88,9 +90,6 @@ REASON_EXPIRED: Final = "GateExpired"
 REASON_RETRY: Final = "GateRetry"
 REASON_REVIEW: Final = "GateReview"
 
-GATESIGNALS: Final = Resource(names.GROUP, names.VERSION, "gatesignals")
-TEAMQUOTAS: Final = Resource(names.GROUP, names.VERSION, "teamquotas", namespaced=False)
-GATEPOLICIES: Final = Resource(names.GROUP, names.VERSION, "gatepolicies")
 
 ROUND: Final = "round"
 # How long a write's response stands in for the cached pod if the watch never shows that

@@ -16,6 +16,8 @@ from urllib.parse import quote
 
 from kubernetes_asyncio import client
 
+from pilotfish.names import GROUP, VERSION
+
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -75,6 +77,14 @@ NODES = Resource("", "v1", "nodes", namespaced=False)
 NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
 LEASES = Resource("coordination.k8s.io", "v1", "leases")
 EVENTS = Resource("events.k8s.io", "v1", "events")
+
+# Pilotfish's own resources (group pilotfish.io), named once for every part.
+SERVICEWORKLOADS = Resource(GROUP, VERSION, "serviceworkloads")
+BATCHWORKLOADS = Resource(GROUP, VERSION, "batchworkloads")
+GATEPOLICIES = Resource(GROUP, VERSION, "gatepolicies")
+GATESIGNALS = Resource(GROUP, VERSION, "gatesignals")
+TEAMQUOTAS = Resource(GROUP, VERSION, "teamquotas", namespaced=False)
+NODEMAINTENANCES = Resource(GROUP, VERSION, "nodemaintenances", namespaced=False)
 
 
 def _error(status: int, raw: bytes) -> ApiError:

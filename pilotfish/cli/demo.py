@@ -43,6 +43,23 @@ def show(text: str) -> None:
     print("    " + text.rstrip().replace("\n", "\n    "))
 
 
+def show_pods(layout: Layout, selector: str, columns: str) -> None:
+    """The demo namespace's pods matching `selector`, as kubectl custom columns."""
+    show(
+        kubectl(
+            layout,
+            "get",
+            "pods",
+            "-n",
+            NAMESPACE,
+            "-l",
+            selector,
+            "-o",
+            f"custom-columns={columns}",
+        )
+    )
+
+
 def wait(what: str, check: Callable[[], bool], timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -82,19 +99,10 @@ def gated_release(layout: Layout) -> None:
     wait("GatePolicy ledger-inputs visible to admission", policy_seen)
     for i in range(5):
         core.create_namespaced_pod(NAMESPACE, ledger_pod(i))
-    show(
-        kubectl(
-            layout,
-            "get",
-            "pods",
-            "-n",
-            NAMESPACE,
-            "-l",
-            "app=ledger",
-            "-o",
-            "custom-columns=POD:.metadata.name,GATES:.spec.schedulingGates[*].name,"
-            "NODE:.spec.nodeName",
-        )
+    show_pods(
+        layout,
+        "app=ledger",
+        "POD:.metadata.name,GATES:.spec.schedulingGates[*].name,NODE:.spec.nodeName",
     )
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     print(f"==> the export finishes: GateSignal {SIGNAL} turns Ready")
@@ -126,19 +134,11 @@ def gated_release(layout: Layout) -> None:
         )
 
     wait("the ledger pods released and running", released)
-    show(
-        kubectl(
-            layout,
-            "get",
-            "pods",
-            "-n",
-            NAMESPACE,
-            "-l",
-            "app=ledger",
-            "-o",
-            "custom-columns=POD:.metadata.name,PHASE:.status.phase,"
-            "NODE:.spec.nodeName,PRIORITY:.spec.priorityClassName",
-        )
+    show_pods(
+        layout,
+        "app=ledger",
+        "POD:.metadata.name,PHASE:.status.phase,"
+        "NODE:.spec.nodeName,PRIORITY:.spec.priorityClassName",
     )
 
 
@@ -261,18 +261,8 @@ def production_during_burst(layout: Layout) -> None:
         f"    3 production pods bound {took:.1f}s after creation, "
         f"while {pending} of {burst} batch pods were still waiting for the scheduler"
     )
-    show(
-        kubectl(
-            layout,
-            "get",
-            "pods",
-            "-n",
-            NAMESPACE,
-            "-l",
-            "app=hotfix",
-            "-o",
-            "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,PRIORITY:.spec.priority",
-        )
+    show_pods(
+        layout, "app=hotfix", "POD:.metadata.name,NODE:.spec.nodeName,PRIORITY:.spec.priority"
     )
 
 

@@ -29,7 +29,7 @@ down: $(STAMP)
 # Every test: lint, unit and property tests, then e2e against the real control plane.
 test: lint unit e2e
 
-unit: $(STAMP)
+unit: $(STAMP) binaries  # binaries: the chart tests render with the pinned helm
 	$(PY) -m pytest tests -q
 
 e2e: $(STAMP) binaries

@@ -21,10 +21,10 @@ from pilotfish.gates import (
     LABEL_GATED,
     GateRecord,
     PodGates,
-    format_time,
     scheduling_gates,
 )
 from pilotfish.names import SA_OPERATOR
+from pilotfish.timeutil import format_time
 from pilotfish.webhooks.gateview import PolicyEntry
 from pilotfish.webhooks.patches import Op, append_items, remove_entries, set_entries
 

@@ -17,8 +17,9 @@ from typing import Any, Final
 import jsonpatch
 
 from pilotfish import quota
-from pilotfish.gates import GateRecord, format_time
+from pilotfish.gates import GateRecord
 from pilotfish.names import SA_OPERATOR
+from pilotfish.timeutil import format_time
 from pilotfish.webhooks import bands, gating
 from pilotfish.webhooks import quota as quota_rules
 from pilotfish.webhooks.admission import Decision

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from pilotfish import gates, quota
+from pilotfish import gates, quota, timeutil
 
 # The gate a batch pod over its team's quota waits behind; the gate controller releases it
 # when the quota has room again.
@@ -87,7 +87,7 @@ def decide(
         "uid": meta.get("uid", ""),
         "band": band,
         "resources": quota.band_resources(ask),
-        "time": gates.format_time(now),
+        "time": timeutil.format_time(now),
     }
     return Admit(str(tq["metadata"]["name"]), reservation)
 

@@ -50,7 +50,7 @@ from benchmarks.common import (
     rounded,
     wait_for,
 )
-from pilotfish import gates, names
+from pilotfish import gates, names, timeutil
 from pilotfish.devcluster.cluster import ClusterSpec, running_cluster
 from pilotfish.devcluster.components import Layout
 from pilotfish.kube.client import api_client
@@ -91,13 +91,13 @@ def pod_body(name: str, gate: str, *, signal: str | None, policy: str = "bench")
             generation=1,
             condition={"type": "GateSignal", "signalName": signal},
             timeout_seconds=3600,
-            deadline=gates.format_time(created + datetime.timedelta(hours=1)),
+            deadline=timeutil.format_time(created + datetime.timedelta(hours=1)),
         )
         meta["labels"][gates.LABEL_GATED] = "true"
         meta["annotations"] = {
-            gates.ANNOTATION_CREATED: gates.format_time(created),
+            gates.ANNOTATION_CREATED: timeutil.format_time(created),
             gates.ANNOTATION_RECORD: gates.PodGates(
-                gates.format_time(created), {gate: record}
+                timeutil.format_time(created), {gate: record}
             ).encode(),
         }
     return {
@@ -148,7 +148,7 @@ async def signal(rest: Rest, ns: str, name: str, ready: bool | None) -> None:
                         "status": status,
                         "reason": "Benchmark",
                         "message": "raised by the gate_release benchmark",
-                        "lastTransitionTime": gates.format_time(now_utc()),
+                        "lastTransitionTime": timeutil.format_time(now_utc()),
                     }
                 ]
             }

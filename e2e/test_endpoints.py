@@ -25,13 +25,13 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e.conftest import Env, wait_until
 from pilotfish import names
-from pilotfish.gates import parse_time
 from pilotfish.operators.endpoints import (
     LABEL_MANAGED_BY,
     LABEL_SERVICE_NAME,
     REASON_SERVICE_NOT_OWNED,
 )
 from pilotfish.operators.runner import CONTROLLERS
+from pilotfish.timeutil import parse_time
 from pilotfish.workloads import (
     ANNOTATION_DRAIN,
     ANNOTATION_DRAINED,

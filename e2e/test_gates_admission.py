@@ -24,7 +24,8 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e.conftest import Env, wait_until
 from pilotfish import names
-from pilotfish.gates import LABEL_GATED, PodGates, parse_time, read_record
+from pilotfish.gates import LABEL_GATED, PodGates, read_record
+from pilotfish.timeutil import parse_time
 
 GATE = "gates.pilotfish.io/data-ready"
 VAP_RULE = (

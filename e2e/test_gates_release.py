@@ -26,7 +26,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from e2e.conftest import Env, wait_until
-from pilotfish import gates, names
+from pilotfish import gates, names, timeutil
 from pilotfish.devcluster import supervisor
 from pilotfish.gates import GateRecord, OnExpiry, PodGates
 from pilotfish.operators.gates import audit
@@ -119,7 +119,7 @@ class Gated:
     ) -> None:
         """Create a pod carrying every gate of its app's policy, with label and record."""
         now = _now()
-        created = gates.format_time(now)
+        created = timeutil.format_time(now)
         records = {}
         for g in self.policies[app]:
             retry = g.get("retry") or {}
@@ -128,7 +128,9 @@ class Gated:
                 generation=1,
                 condition=g["condition"],
                 timeout_seconds=g["timeoutSeconds"],
-                deadline=gates.format_time(now + datetime.timedelta(seconds=g["timeoutSeconds"])),
+                deadline=timeutil.format_time(
+                    now + datetime.timedelta(seconds=g["timeoutSeconds"])
+                ),
                 on_expiry=g["onExpiry"],
                 initial_backoff_seconds=retry.get("initialBackoffSeconds", 10),
                 max_backoff_seconds=retry.get("maxBackoffSeconds", 600),
@@ -215,7 +217,7 @@ class Gated:
             "status": status,
             "reason": "Raised" if ready else "NotYet",
             "message": "set by the e2e test",
-            "lastTransitionTime": gates.format_time(_now()),
+            "lastTransitionTime": timeutil.format_time(_now()),
         }
         self.custom.patch_namespaced_custom_object_status(
             names.GROUP,
@@ -306,7 +308,7 @@ class Gated:
     def after_creation_second_of(self, name: str) -> None:
         """Ages are compared by creationTimestamp, which has one-second resolution: wait
         until the clock has passed `name`'s second, so the next pod is strictly younger."""
-        created = gates.parse_time(self.must(name)["metadata"]["creationTimestamp"])
+        created = timeutil.parse_time(self.must(name)["metadata"]["creationTimestamp"])
         wait_until(
             f"a second after {name} was created",
             lambda: _now() >= created + datetime.timedelta(seconds=1),

@@ -30,7 +30,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from e2e.conftest import Env, wait_until
-from pilotfish import gates
+from pilotfish import gates, timeutil
 from pilotfish.devcluster import kubeconfig as kcfg
 
 PLUGIN = Path(sys.executable).parent / "kubectl-pilotfish"
@@ -63,7 +63,7 @@ def now() -> datetime.datetime:
 def gated_pod(name: str, held: tuple[str, ...], timeout: int = 3600) -> dict[str, Any]:
     """A pod as the mutating webhook leaves it: gates, the gated label and the record."""
     created = now()
-    deadline = gates.format_time(created + datetime.timedelta(seconds=timeout))
+    deadline = timeutil.format_time(created + datetime.timedelta(seconds=timeout))
     records = {
         g: gates.GateRecord(
             policy="e2e-policy",
@@ -81,9 +81,9 @@ def gated_pod(name: str, held: tuple[str, ...], timeout: int = 3600) -> dict[str
             "name": name,
             "labels": {gates.LABEL_GATED: "true", "app": name},
             "annotations": {
-                gates.ANNOTATION_CREATED: gates.format_time(created),
+                gates.ANNOTATION_CREATED: timeutil.format_time(created),
                 gates.ANNOTATION_RECORD: gates.PodGates(
-                    gates.format_time(created), records
+                    timeutil.format_time(created), records
                 ).encode(),
             },
         },

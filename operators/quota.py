@@ -20,6 +20,7 @@ from pilotfish import metrics, quota
 from pilotfish.kube.informer import Informer, Obj
 from pilotfish.kube.rest import NAMESPACES, PODS, TEAMQUOTAS, ApiError, Rest
 from pilotfish.kube.workqueue import WorkQueue
+from pilotfish.timeutil import parse_time as _time
 
 log = logging.getLogger("pilotfish.quota")
 
@@ -28,10 +29,6 @@ CONTROLLER: Final = "quota"
 # create 60 s at most; admission is well inside that).
 RESERVATION_TTL_SECONDS: Final = 60.0
 RESYNC_SECONDS: Final = 60.0
-
-
-def _time(s: str) -> datetime.datetime:
-    return datetime.datetime.fromisoformat(s.replace("Z", "+00:00"))
 
 
 def desired_status(tq: Obj, team_pods: Iterable[Obj], now: datetime.datetime) -> dict[str, Any]:

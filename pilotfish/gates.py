@@ -11,7 +11,6 @@ Names here are the only place these keys are spelled.
 
 from __future__ import annotations
 
-import datetime
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -67,14 +66,6 @@ class PodGates:
         return json.dumps(
             {name: asdict(rec) for name, rec in sorted(self.gates.items())}, sort_keys=True
         )
-
-
-def format_time(t: datetime.datetime) -> str:
-    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(s: str) -> datetime.datetime:
-    return datetime.datetime.fromisoformat(s.replace("Z", "+00:00"))
 
 
 def read_record(pod: Mapping[str, Any]) -> PodGates | None:

@@ -16,11 +16,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from datetime import datetime
 from fractions import Fraction
 from typing import Any, Final
 
 from pilotfish import names
+from pilotfish.timeutil import parse_time_or_none
 
 CPU: Final = "cpu"
 MEMORY: Final = "memory"
@@ -235,12 +235,8 @@ def machine_class(pod: Mapping[str, Any]) -> str | None:
 
 def timestamp(value: Any) -> float:
     """An RFC 3339 time as seconds since the epoch; 0.0 when absent or malformed."""
-    if not isinstance(value, str) or not value:
-        return 0.0
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
+    t = parse_time_or_none(value)
+    return 0.0 if t is None else t.timestamp()
 
 
 def start_time(pod: Mapping[str, Any]) -> float:

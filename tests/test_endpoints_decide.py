@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from pilotfish.api.serviceworkload import ServicePort, ServiceSpec
-from pilotfish.gates import parse_time
 from pilotfish.kube.rest import ApiError
 from pilotfish.operators.endpoints import (
     LABEL_MANAGED_BY,
@@ -27,6 +26,7 @@ from pilotfish.operators.endpoints import (
     slice_body,
     slim_pod,
 )
+from pilotfish.timeutil import parse_time
 from pilotfish.workloads import (
     ANNOTATION_DRAIN,
     ANNOTATION_DRAINED,

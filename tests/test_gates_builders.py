@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from pilotfish import gates, names
+from pilotfish import gates, names, timeutil
 from pilotfish.gates import GateRecord, OnExpiry, PodGates
 from pilotfish.operators.gates.decide import World
 from pilotfish.operators.gates.model import (
@@ -37,7 +37,7 @@ def at(seconds: float) -> datetime.datetime:
 
 
 def ts(seconds: float) -> str:
-    return gates.format_time(at(seconds))
+    return timeutil.format_time(at(seconds))
 
 
 def rec(
@@ -115,7 +115,7 @@ def pod(
         labels[gates.LABEL_GANG] = gang
     if review:
         labels[gates.LABEL_REVIEW] = "required"
-    created = gates.format_time(at(-age))
+    created = timeutil.format_time(at(-age))
     requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
     conditions = []
     if state:

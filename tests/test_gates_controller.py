@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pilotfish import gates, metrics, names
+from pilotfish import gates, metrics, names, timeutil
 from pilotfish.kube.informer import object_key
 from pilotfish.kube.rest import JSON_PATCH, STRATEGIC_MERGE_PATCH, ApiError, Rest
 from pilotfish.operators.gates import audit
@@ -429,7 +429,7 @@ async def test_expiry_retry_is_a_guarded_json_patch_of_the_record(
     assert ops[1]["path"] == "/metadata/annotations/gates.pilotfish.io~1record"
     record = gates.read_record(api.pods["team-a/p"])
     assert record is not None and record.gates[DATA].attempts == 1
-    assert record.gates[DATA].deadline == gates.format_time(at(5))
+    assert record.gates[DATA].deadline == timeutil.format_time(at(5))
     assert [e["reason"] for e in api.events.values()] == [REASON_RETRY]
     assert [e["decision"] for e in lines(tmp_path)] == ["expired-retry"]
     assert api.pods["team-a/p"]["spec"]["schedulingGates"] == [{"name": DATA}]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pilotfish import gates, names
+from pilotfish import gates, names, timeutil
 from pilotfish.gates import GateRecord, read_record
 from pilotfish.operators.gates.decide import (
     Action,
@@ -412,7 +412,7 @@ def test_expiry_retry_extends_the_deadline_with_backoff() -> None:
     new = read_record({"metadata": {"annotations": {gates.ANNOTATION_RECORD: u.record}}})
     assert new is not None
     assert new.gates[DATA].attempts == 3
-    assert new.gates[DATA].deadline == gates.format_time(at(40))  # 10 * 2**2
+    assert new.gates[DATA].deadline == timeutil.format_time(at(40))  # 10 * 2**2
     assert (e.action, e.attempts, e.next_deadline) == ("Retry", 3, new.gates[DATA].deadline)
     assert d.wake_at == at(40)
     assert of(d, RemoveGate) == []
@@ -423,12 +423,14 @@ def test_retry_backoff_sequence_doubles_up_to_the_cap() -> None:
     seen: list[int] = []
     p = pod_view(pod("p", {"data": r}))
     for _ in range(7):
-        expired_at = gates.parse_time(p.record[DATA].deadline) + datetime.timedelta(seconds=1)
+        expired_at = timeutil.parse_time(p.record[DATA].deadline) + datetime.timedelta(seconds=1)
         d = decide(world([p], signals=[signal("data", "False")]), expired_at)
         [u] = of(d, UpdateRecord)
         nxt = read_record({"metadata": {"annotations": {gates.ANNOTATION_RECORD: u.record}}})
         assert nxt is not None
-        seen.append(int((gates.parse_time(nxt.gates[DATA].deadline) - expired_at).total_seconds()))
+        seen.append(
+            int((timeutil.parse_time(nxt.gates[DATA].deadline) - expired_at).total_seconds())
+        )
         p = pod_view(pod("p", dict(nxt.gates)))
     assert seen == [10, 20, 40, 80, 160, 300, 300]
     assert retry_backoff(rec(initial=10, maximum=300, attempts=10)) == 300
@@ -506,10 +508,10 @@ def test_condition_keeps_its_transition_time_while_status_stays() -> None:
     p = view("p", {"data": rec()}, age=60, state=("False", gates.STATE_GATED, "older message"))
     d = decide(world([p], signals=[signal("data", "False")]), NOW)
     c = condition(d, "p")
-    assert c is not None and c.last_transition_time == gates.format_time(at(-60))
+    assert c is not None and c.last_transition_time == timeutil.format_time(at(-60))
     d2 = decide(world([p], signals=[signal("data")]), NOW)
     c2 = condition(d2, "p")
-    assert c2 is not None and c2.last_transition_time == gates.format_time(NOW)
+    assert c2 is not None and c2.last_transition_time == timeutil.format_time(NOW)
 
 
 @pytest.mark.parametrize(

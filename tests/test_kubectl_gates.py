@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pilotfish import gates
+from pilotfish import gates, timeutil
 from pilotfish.cli import gates_cmd, kubectl_plugin
 from pilotfish.cli.connect import Identity
 from pilotfish.cli.gates_cmd import Refused
@@ -30,7 +30,7 @@ GANG = "gates.pilotfish.io/gang"
 
 
 def at(seconds: float) -> str:
-    return gates.format_time(NOW + datetime.timedelta(seconds=seconds))
+    return timeutil.format_time(NOW + datetime.timedelta(seconds=seconds))
 
 
 def record(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pilotfish import gates
+from pilotfish import gates, timeutil
 from pilotfish.cli.why import explain, latest_event, quota_sentence
 
 NOW = datetime.datetime(2026, 3, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -23,7 +23,7 @@ GANG = "gates.pilotfish.io/gang"
 
 
 def at(seconds: float) -> str:
-    return gates.format_time(NOW + datetime.timedelta(seconds=seconds))
+    return timeutil.format_time(NOW + datetime.timedelta(seconds=seconds))
 
 
 def rec(

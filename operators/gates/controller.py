@@ -37,7 +37,7 @@ from typing import Any, Final, Protocol
 
 import aiohttp
 
-from pilotfish import gates, metrics, names
+from pilotfish import gates, metrics, names, timeutil
 from pilotfish import quota as q
 from pilotfish.kube.events import EventRecorder, EventType
 from pilotfish.kube.informer import Informer, Obj, object_key, slim
@@ -72,12 +72,12 @@ from pilotfish.operators.gates.model import (
     SignalView,
     namespace_pacing,
     node_view,
-    parse_ts,
     pod_view,
     quota_view,
     signal_view,
 )
 from pilotfish.operators.gates.pacing import Bucket
+from pilotfish.timeutil import parse_time_or_none as parse_ts
 
 log = logging.getLogger("pilotfish.gates")
 
@@ -558,7 +558,7 @@ class GateController:
         for r in removes:
             entries.extend(gates.remove_gate_patch(r.gate)["spec"]["schedulingGates"])
             released[r.gate] = {
-                "at": gates.format_time(now),
+                "at": timeutil.format_time(now),
                 "evidence": r.evidence[:512],
                 "decidedFrom": rv,
                 "actor": self.actor,

@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from pilotfish import gates, names
+from pilotfish import gates, names, timeutil
 from pilotfish import quota as q
 from pilotfish.gates import GateRecord, OnExpiry, PodGates
 from pilotfish.operators.gates import conditions
@@ -155,7 +155,7 @@ def retry_backoff(rec: GateRecord) -> int:
 
 def retried(rec: GateRecord, now: datetime.datetime) -> GateRecord:
     deadline = now + datetime.timedelta(seconds=retry_backoff(rec))
-    return replace(rec, deadline=gates.format_time(deadline), attempts=rec.attempts + 1)
+    return replace(rec, deadline=timeutil.format_time(deadline), attempts=rec.attempts + 1)
 
 
 def kind(pod: PodView, gate: str) -> str:
@@ -493,7 +493,7 @@ class _Round:
             new = dict(p.record)
             for g in retries:
                 new[g] = retried(p.record[g], self.now)
-                self.wake.append(gates.parse_time(new[g].deadline))
+                self.wake.append(timeutil.parse_time(new[g].deadline))
             encoded = PodGates(created=p.record_created, gates=new).encode()
             self.actions.append(UpdateRecord(p, encoded, tuple(retries)))
             for g in retries:
@@ -584,7 +584,7 @@ class _Round:
             ltt = (
                 cur.last_transition_time
                 if cur and cur.status == status and cur.last_transition_time
-                else gates.format_time(self.now)
+                else timeutil.format_time(self.now)
             )
             self.actions.append(SetCondition(p, status, reason, message, ltt))
 

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from pilotfish import gates, names, quota
 from pilotfish.quota import Resources
+from pilotfish.timeutil import parse_time_or_none as parse_ts
 
 log = logging.getLogger("pilotfish.gates")
 
@@ -28,18 +29,6 @@ OWNER: Final = names.SA_OPERATOR
 # released, so a release whose audit line was lost to a kill -9 is audited after restart.
 ANNOTATION_RELEASED: Final = "gates.pilotfish.io/released"
 EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-
-
-def parse_ts(value: Any) -> datetime.datetime | None:
-    """An RFC 3339 timestamp, or None when absent or malformed (never raises: bad input is
-    reported by the caller as evidence, not as a crash of the whole round)."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        t = gates.parse_time(value)
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=datetime.UTC)
 
 
 @dataclass(frozen=True)

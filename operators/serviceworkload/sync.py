@@ -21,6 +21,7 @@ from typing import Any, Final
 from pilotfish import names
 from pilotfish.operators.serviceworkload.revisions import controlled_by, owner_reference
 from pilotfish.operators.serviceworkload.rolling import PodState
+from pilotfish.timeutil import parse_time_or_none
 from pilotfish.workloads import ANNOTATION_DRAIN, ANNOTATION_DRAINED, LABEL_REVISION, LABEL_WORKLOAD
 
 Obj = dict[str, Any]
@@ -38,15 +39,8 @@ def format_time(t: float) -> str:
 def parse_time(value: Any) -> float | None:
     """Seconds since the epoch of an RFC 3339 time (with or without fraction); None if
     absent or unreadable."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        t = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=datetime.UTC)
-    return t.timestamp()
+    t = parse_time_or_none(value)
+    return None if t is None else t.timestamp()
 
 
 def random_suffix(rng: random.Random) -> str:

@@ -26,11 +26,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TextIO
 
-from pilotfish import gates
+from pilotfish import gates, timeutil
 from pilotfish.cli.connect import Identity
 from pilotfish.cli.output import human_duration, table
 from pilotfish.kube.rest import EVENTS, PODS, STRATEGIC_MERGE_PATCH, ApiError
 from pilotfish.names import GATE_PREFIX
+from pilotfish.timeutil import parse_time_or_none as _time
 
 # What a manual release leaves on the pod: JSON {gate, by, reason, at} of the latest one.
 ANNOTATION_MANUAL_RELEASE: Final = "gates.pilotfish.io/manual-release"
@@ -77,18 +78,9 @@ class GateRow:
         if self.record is None:
             return None
         try:
-            return gates.parse_time(self.record.deadline)
+            return timeutil.parse_time(self.record.deadline)
         except ValueError:
             return None
-
-
-def _time(value: Any) -> datetime.datetime | None:
-    if not value:
-        return None
-    try:
-        return gates.parse_time(str(value))
-    except ValueError:
-        return None
 
 
 def state_condition(pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -209,7 +201,7 @@ def rows_json(rows: Sequence[GateRow], now: datetime.datetime) -> dict[str, Any]
                 "condition": r.record.condition if r.record else None,
                 "policy": r.record.policy if r.record else None,
                 "policyGeneration": r.record.generation if r.record else None,
-                "createdAt": gates.format_time(r.created) if r.created else None,
+                "createdAt": timeutil.format_time(r.created) if r.created else None,
                 "ageSeconds": int((now - r.created).total_seconds()) if r.created else None,
                 "deadline": r.record.deadline if r.record else None,
                 "remainingSeconds": (
@@ -358,7 +350,7 @@ def plan_release(
     held = gates.scheduling_gates(pod)
     gate = resolve_gate(requested_gate, held)
     why = _check_reason(reason)
-    at = gates.format_time(now)
+    at = timeutil.format_time(now)
     record = {"gate": gate, "by": by.username, "reason": why, "at": at}
     patch = gates.remove_gate_patch(gate)
     patch["metadata"] = {

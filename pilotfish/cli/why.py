@@ -22,6 +22,7 @@ from pilotfish import gates, quota
 from pilotfish.cli.gates_cmd import RestLike, condition_text, state_condition, utcnow
 from pilotfish.cli.output import ago, human_duration
 from pilotfish.kube.rest import NAMESPACES, PODS, TEAMQUOTAS, ApiError, Resource
+from pilotfish.timeutil import parse_time_or_none as _time
 
 CORE_EVENTS: Final = Resource("", "v1", "events")
 
@@ -43,15 +44,6 @@ ON_EXPIRY_MEANING: Final = {
     "Retry": "the condition is retried with backoff",
     "Review": "the gate stays and the pod is flagged for a person to review",
 }
-
-
-def _time(value: Any) -> datetime.datetime | None:
-    if not value:
-        return None
-    try:
-        return gates.parse_time(str(value))
-    except ValueError:
-        return None
 
 
 def _condition(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:

@@ -22,13 +22,11 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pilotfish.timeutil import parse_time, utcnow
+
 log = logging.getLogger("pilotfish.leader")
 
 Clock = Callable[[], datetime.datetime]
-
-
-def utcnow() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
 
 
 class Verdict(enum.Enum):
@@ -54,7 +52,7 @@ def view(obj: dict[str, Any] | None) -> LeaseView | None:
     rt = spec.get("renewTime")
     return LeaseView(
         holder=spec.get("holderIdentity"),
-        renew_time=datetime.datetime.fromisoformat(rt.replace("Z", "+00:00")) if rt else None,
+        renew_time=parse_time(rt) if rt else None,
         duration_seconds=int(spec.get("leaseDurationSeconds") or 0),
         transitions=int(spec.get("leaseTransitions") or 0),
         resource_version=(obj.get("metadata") or {}).get("resourceVersion"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Final, Protocol
 
 from pilotfish.kube.informer import Informer, Obj, object_key
@@ -29,10 +29,6 @@ log = logging.getLogger(__name__)
 GATE_POLICIES: Final = GATEPOLICIES
 
 Clock = Callable[[], datetime]
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 class ViewSource(Protocol):

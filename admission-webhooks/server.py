@@ -25,9 +25,10 @@ from pilotfish import httpserver, metrics
 from pilotfish.httpserver import BadRequest
 from pilotfish.kube.client import api_client
 from pilotfish.kube.rest import Rest
+from pilotfish.timeutil import utcnow as utc_now
 from pilotfish.webhooks import pods, workloads
 from pilotfish.webhooks.admission import Decision, build_response, parse_review
-from pilotfish.webhooks.gatecache import Clock, GatePolicyCache, StaticViews, ViewSource, utc_now
+from pilotfish.webhooks.gatecache import Clock, GatePolicyCache, StaticViews, ViewSource
 from pilotfish.webhooks.gateview import GateView
 from pilotfish.webhooks.teamview import TeamCache, TeamSnapshot, TeamSource
 

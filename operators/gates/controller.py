@@ -78,6 +78,7 @@ from pilotfish.operators.gates.model import (
 )
 from pilotfish.operators.gates.pacing import Bucket
 from pilotfish.timeutil import parse_time_or_none as parse_ts
+from pilotfish.timeutil import utcnow
 
 log = logging.getLogger("pilotfish.gates")
 
@@ -98,10 +99,6 @@ ASSUME_SECONDS: Final = 60.0
 CONFLICT_RETRY_SECONDS: Final = 1.0
 
 Clock = Callable[[], datetime.datetime]
-
-
-def utcnow() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
 
 
 def _escape(key: str) -> str:

@@ -32,6 +32,7 @@ from pilotfish.cli.output import human_duration, table
 from pilotfish.kube.rest import EVENTS, PODS, STRATEGIC_MERGE_PATCH, ApiError
 from pilotfish.names import GATE_PREFIX
 from pilotfish.timeutil import parse_time_or_none as _time
+from pilotfish.timeutil import utcnow
 
 # What a manual release leaves on the pod: JSON {gate, by, reason, at} of the latest one.
 ANNOTATION_MANUAL_RELEASE: Final = "gates.pilotfish.io/manual-release"
@@ -484,10 +485,6 @@ class RestLike(Protocol):
 
 
 Clock = Callable[[], datetime.datetime]
-
-
-def utcnow() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
 
 
 async def list_gates(

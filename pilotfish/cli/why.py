@@ -19,10 +19,11 @@ from fractions import Fraction
 from typing import Any, Final, TextIO
 
 from pilotfish import gates, quota
-from pilotfish.cli.gates_cmd import RestLike, condition_text, state_condition, utcnow
+from pilotfish.cli.gates_cmd import RestLike, condition_text, state_condition
 from pilotfish.cli.output import ago, human_duration
 from pilotfish.kube.rest import NAMESPACES, PODS, TEAMQUOTAS, ApiError, Resource
 from pilotfish.timeutil import parse_time_or_none as _time
+from pilotfish.timeutil import utcnow
 
 CORE_EVENTS: Final = Resource("", "v1", "events")
 

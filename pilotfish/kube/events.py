@@ -27,16 +27,13 @@ import aiohttp
 
 from pilotfish import metrics
 from pilotfish.kube.rest import EVENTS, MERGE_PATCH, ApiError, Rest
+from pilotfish.timeutil import utcnow
 
 log = logging.getLogger("pilotfish.events")
 
 Clock = Callable[[], datetime.datetime]
 EventType = Literal["Normal", "Warning"]
 NOTE_MAX: Final = 1024
-
-
-def utcnow() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
 
 
 def micro_time(t: datetime.datetime) -> str:

@@ -238,3 +238,70 @@ def namespace(env: Env, request: pytest.FixtureRequest) -> Iterator[str]:
         except ApiException as e:
             if e.status != 404:
                 raise
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """A tenant of one namespace holding only the built-in `edit` role there.
+
+    `api` impersonates the tenant (the admin may impersonate), so every request it sends is
+    authorized and admitted exactly as that tenant's own would be; `kubectl(...)` does the
+    same through `kubectl --as`.
+    """
+
+    user: str
+    namespace: str
+    api: k8s.ApiClient
+    env: Env
+
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return self.env.kubectl(
+            "--as", self.user, "-n", self.namespace, *args, check=check, input=input
+        )
+
+
+def tenant_of(env: Env, namespace: str, user: str | None = None) -> Tenant:
+    """Bind `edit` in `namespace` to a fresh user and return that user's client."""
+    user = user or f"tenant-{namespace}"
+    rbac = k8s.RbacAuthorizationV1Api(env.api)
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": f"edit-{user}"[:63]},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "edit",
+            },
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        },
+    )
+    api = k8s_config.new_client_from_config(config_file=str(env.kubeconfig))
+    api.set_default_header("Impersonate-User", user)
+    api.set_default_header("Impersonate-Group", "system:authenticated")
+    authz = k8s.AuthorizationV1Api(api)
+
+    def can_create_pods() -> bool:
+        review = authz.create_self_subject_access_review(
+            {
+                "spec": {
+                    "resourceAttributes": {
+                        "namespace": namespace,
+                        "verb": "create",
+                        "resource": "pods",
+                    }
+                }
+            }
+        )
+        return bool(review.status.allowed)
+
+    wait_until(f"{user} may create pods in {namespace}", can_create_pods, timeout=30)
+    return Tenant(user, namespace, api, env)
+
+
+@pytest.fixture
+def tenant(env: Env, namespace: str) -> Tenant:
+    """The test namespace's tenant: only `edit` there, nothing cluster-wide."""
+    return tenant_of(env, namespace)

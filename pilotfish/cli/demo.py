@@ -275,7 +275,7 @@ def run(state: Path, nodes: int = cluster.DEFAULT_NODES) -> int:
         print(f"    {name:<26} pid {c['pid']!s:<8} {'healthy' if c['healthy'] else 'NOT HEALTHY'}")
     print(f"    ready kwok nodes: {st.get('readyNodes')}")
     show(kubectl(layout, "get", "nodes", "-L", "topology.kubernetes.io/zone", "--no-headers"))
-    print("==> applying examples/ (one of each Pilotfish kind)")
+    print("==> applying examples/ (a team, its quota, a service, a gate policy and its signal)")
     show(kubectl(layout, "apply", "-f", str(examples_dir())))
     if not _has_pods(layout, "app=ledger"):
         gated_release(layout)

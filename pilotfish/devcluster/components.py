@@ -18,8 +18,8 @@ from pilotfish import names, ports
 from pilotfish.devcluster.pki import Pki
 
 SERVICE_CIDR = "10.96.0.0/16"
-# Upstream's node lifecycle controller is replaced by Pilotfish's own (lease silence, zone
-# brake, fencing), so the two never race to taint or evict the same node.
+# Upstream's node lifecycle controller is off locally; Pilotfish's `nodelifecycle` controller
+# lifts the not-ready scheduling taints instead (it does not detect lease silence yet).
 CONTROLLERS = "*,-node-lifecycle-controller"
 KWOK_STAGES = (
     "node/fast/node-initialize.yaml",

@@ -10,13 +10,18 @@ import base64
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import StringConstraints
 
 from pilotfish.httpserver import BadRequest
+from pilotfish.wireshape import Strict, check, check_pod, kind_of
 
 API_VERSION: Final = "admission.k8s.io/v1"
 KIND: Final = "AdmissionReview"
 OPERATIONS: Final = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+# The API server sends a UUID (36 characters); anything much longer is not from it.
+MAX_UID_LENGTH: Final = 128
 
 Json = dict[str, Any]
 JsonPatchOp = Mapping[str, Any]
@@ -70,33 +75,86 @@ class Decision:
         return "patch" if self.patch else "allow"
 
 
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
+class GroupVersionKind(Strict):
+    group: str
+    version: str
+    kind: str
+
+
+class GroupVersionResource(Strict):
+    group: str
+    version: str
+    resource: str
+
+
+class UserInfo(Strict):
+    username: str | None = None
+    uid: str | None = None
+    groups: list[str] | None = None
+    extra: dict[str, list[str]] | None = None
+
+
+class AdmissionRequest(Strict):
+    """`admission.k8s.io/v1` AdmissionRequest: what the API server always sends is required."""
+
+    uid: Annotated[str, StringConstraints(min_length=1, max_length=MAX_UID_LENGTH)]
+    kind: GroupVersionKind
+    resource: GroupVersionResource
+    sub_resource: str | None = None
+    request_kind: GroupVersionKind | None = None
+    request_resource: GroupVersionResource | None = None
+    request_sub_resource: str | None = None
+    name: str | None = None
+    namespace: str | None = None
+    operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+    user_info: UserInfo | None = None
+    object: dict[str, Any] | None = None
+    old_object: dict[str, Any] | None = None
+    dry_run: bool | None = None
+    options: dict[str, Any] | None = None
+
+
+class AdmissionReview(Strict):
+    """Only v1: the chart registers `admissionReviewVersions: ["v1"]`, so anything else is a
+    misconfiguration that should fail loudly rather than be half-understood."""
+
+    api_version: Literal["admission.k8s.io/v1"]
+    kind: Literal["AdmissionReview"]
+    request: AdmissionRequest
+
+
+class InvalidObject(BadRequest):
+    """A sound AdmissionReview whose Pod is not one Pilotfish can read.
+
+    Answered as a denial naming the field rather than as HTTP 400: the API server shows a
+    denial's message to the user verbatim, while a 400 reads as "failed calling webhook".
+    """
+
+    def __init__(self, uid: str, message: str) -> None:
+        super().__init__(message)
+        self.uid = uid
 
 
 def parse_review(body: Any) -> Json:
-    """Check the AdmissionReview envelope and return its `request`.
+    """Check the AdmissionReview and return its `request`, as decoded.
 
-    Only v1 is accepted: the chart registers `admissionReviewVersions: ["v1"]`, so anything
-    else is a misconfiguration that should fail loudly rather than be half-understood.
+    Beyond the envelope, a Pod in `object` or `oldObject` is checked against the shape the
+    pod reviews read (`pilotfish.wireshape.Pod`), so a review never meets a list where it
+    reads a dict. Other kinds are the business of their review, which parses them with the
+    API models. Every misfit raises `BadRequest` naming the field (`InvalidObject` when
+    only the Pod is at fault).
     """
     if not isinstance(body, dict):
-        raise BadRequest(f"AdmissionReview must be a JSON object, got {_kind(body)}")
-    if body.get("apiVersion") != API_VERSION:
-        raise BadRequest(f"apiVersion must be {API_VERSION!r}, got {body.get('apiVersion')!r}")
-    if body.get("kind") != KIND:
-        raise BadRequest(f"kind must be {KIND!r}, got {body.get('kind')!r}")
-    request = body.get("request")
-    if not isinstance(request, dict):
-        raise BadRequest(f"request is missing or not an object (got {_kind(request)})")
-    uid = request.get("uid")
-    if type(uid) is not str or not uid:
-        raise BadRequest("request.uid is missing")
-    operation = request.get("operation")
-    if operation not in OPERATIONS:
-        raise BadRequest(
-            f"request.operation must be one of {sorted(OPERATIONS)}, got {operation!r}"
-        )
+        raise BadRequest(f"AdmissionReview must be a JSON object, got {kind_of(body)}")
+    review = check(AdmissionReview, body)
+    request: Json = body["request"]
+    if review.request.kind.group == "" and review.request.kind.kind == "Pod":
+        for field in ("object", "oldObject"):
+            if request.get(field) is not None:
+                try:
+                    check_pod(request[field], f"request.{field}")
+                except BadRequest as exc:
+                    raise InvalidObject(review.request.uid, str(exc)) from None
     return request
 
 

@@ -17,6 +17,7 @@ from typing import Any, Final
 from pilotfish.gates import is_pilotfish_gate, read_record, scheduling_gates
 from pilotfish.names import GATE_PREFIX
 from pilotfish.webhooks.gateview import GateView, PolicyEntry, gate_prefix
+from pilotfish.webhooks.quantities import beyond_bounds
 from pilotfish.webhooks.quota import QUOTA_GATE
 
 
@@ -92,7 +93,11 @@ def foreign_prefixes(pod: PodAdmission) -> list[str]:
     return out
 
 
-POD_CHECKS: Final[tuple[PodCheck, ...]] = (undeclared_pilotfish_gates, foreign_prefixes)
+POD_CHECKS: Final[tuple[PodCheck, ...]] = (
+    undeclared_pilotfish_gates,
+    foreign_prefixes,
+    beyond_bounds,
+)
 
 
 def violations(pod: PodAdmission, checks: tuple[PodCheck, ...] = POD_CHECKS) -> list[str]:

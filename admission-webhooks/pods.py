@@ -1,10 +1,12 @@
-"""Admission reviews of Pods: gates at creation (mutate), then the checks (validate).
+"""Admission reviews of Pods: team, band and gates at creation (mutate), then the checks
+(validate) and the team quota (quota_verdict).
 
-The mutating review is where `GatePolicy` gates get added: `spec.schedulingGates` can only
-be set at creation, so this is the one chance. The validating review runs after every
-mutation, sees the final gates, and denies what breaks a rule in `podchecks` (band and
-team quota checks join it there). Both are pure functions of the AdmissionRequest, a
-GatePolicy snapshot and, for the record's deadlines, the time; the server supplies them.
+The mutating review is where a pod gets its team (from its namespace, `tenancy`), its band
+(`bands`) and its `GatePolicy` gates: `spec.schedulingGates` can only be set at creation, so
+this is the one chance. The validating review runs after every mutation, sees the final
+pod, and denies what breaks a rule in `podchecks`, `tenancy` or `bands`. All are pure
+functions of the AdmissionRequest, a GatePolicy snapshot, a team snapshot and, for the
+record's deadlines, the time; the server supplies them.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from pilotfish import quota
 from pilotfish.gates import GateRecord
 from pilotfish.names import SA_OPERATOR
 from pilotfish.timeutil import format_time
-from pilotfish.webhooks import bands, gating
+from pilotfish.webhooks import bands, gating, quantities, tenancy
 from pilotfish.webhooks import quota as quota_rules
 from pilotfish.webhooks.admission import Decision
 from pilotfish.webhooks.gateview import GateView
 from pilotfish.webhooks.patches import Op
 from pilotfish.webhooks.podchecks import PodAdmission, violations
 from pilotfish.webhooks.teamview import TeamSnapshot
+from pilotfish.webhooks.tenancy import ForeignSchedulers, TenantPolicy
 
 # The record of the quota gate names this instead of a GatePolicy: the team quota rule put it.
 QUOTA_POLICY: Final = "(team quota)"
@@ -66,10 +69,6 @@ class Reserve:
     admit: quota_rules.Admit
 
 
-def _band(pod: Mapping[str, Any], team: TeamSnapshot, namespace: str) -> bands.BandChoice | None:
-    return bands.resolve(pod, team.labels_of(namespace))
-
-
 def quota_gate_record(now: datetime, generation: int) -> GateRecord:
     """The terms of the quota gate: released when the team's quota has room; a person looks
     at a pod that waited a day rather than have it fail silently."""
@@ -84,29 +83,79 @@ def quota_gate_record(now: datetime, generation: int) -> GateRecord:
     )
 
 
+def tenant_problems(
+    pod: Mapping[str, Any],
+    namespace: str,
+    team: TeamSnapshot | None,
+    policy: TenantPolicy,
+    *,
+    mutating: bool,
+) -> list[str]:
+    """Every tenancy and band rule the pod breaks (none outside tenant namespaces).
+
+    Without a team view (tools and tests without a cluster) teams and bands are not judged;
+    the node, scheduler and priority class rules need no view and always are.
+    """
+    if not tenancy.is_tenant(namespace):
+        return []
+    out = tenancy.spec_problems(pod, namespace, policy, mutating=mutating)
+    foreign_class = bands.class_problem(pod, namespace)
+    if team is not None:
+        labels = team.labels_of(namespace)
+        out.append(tenancy.team_problem(pod, namespace, labels) or "")
+        if foreign_class is None:  # else that already says what is wrong with the band
+            out.append(bands.problem(pod, bands.resolve(pod, namespace, labels)) or "")
+    return [p for p in [*out, foreign_class] if p]
+
+
+def _tenant_patch(
+    pod: Mapping[str, Any], namespace: str, team: TeamSnapshot | None, policy: TenantPolicy
+) -> tuple[list[Op], bands.BandChoice | None]:
+    """The team label, the band (label and class) and the scheduler, for a pod that broke no
+    rule; and the band, None when bands are not judged."""
+    if not tenancy.is_tenant(namespace):
+        return [], None
+    ops: list[Op] = []
+    choice = None
+    if team is not None:
+        labels = team.labels_of(namespace)
+        ops += tenancy.team_patch(pod, labels)
+        choice = bands.resolve(pod, namespace, labels)
+        ops += bands.patch(jsonpatch.apply_patch(pod, ops), choice)
+    ops += tenancy.scheduler_patch(pod, policy)
+    return ops, choice
+
+
 def mutate(
     request: Mapping[str, Any],
     view: GateView,
     now: datetime,
     team: TeamSnapshot | None = None,
     scheduler_name: str | None = None,
+    *,
+    foreign_schedulers: ForeignSchedulers = "refuse",
 ) -> Decision:
-    """Band (priority class, scheduler), the quota gate for batch over quota, then every
-    gate of every GatePolicy of the namespace that selects the pod.
+    """Team and band (label, priority class, scheduler), the quota gate for batch over quota,
+    then every gate of every GatePolicy of the namespace that selects the pod.
 
-    Each step's JSON patch is computed on the pod as the previous steps left it, because
-    the API server applies the ops in order (two steps both creating `metadata.labels` on a
-    pod without labels would otherwise erase each other's).
+    A pod breaking a tenancy or band rule is refused here already: the API server would
+    otherwise reject the patched pod with a less helpful message (gates on a pod naming its
+    node) before the validating review could say why. Each step's JSON patch is computed on
+    the pod as the previous steps left it, because the API server applies the ops in order
+    (two steps both creating `metadata.labels` on a pod without labels would otherwise erase
+    each other's).
     """
     found = _pod_create(request)
     if found is None:
         return Decision.mutate(())
     namespace, pod = found
-    team = team or TeamSnapshot()
-    ops: list[Op] = []
-    choice = _band(pod, team, namespace)
-    if choice is not None and bands.problem(pod, choice) is None:
-        ops += bands.patch(pod, choice, scheduler_name)
+    policy = TenantPolicy(scheduler_name, foreign_schedulers)
+    refused = tenant_problems(pod, namespace, team, policy, mutating=True)
+    refused += quantities.pod_problems(pod)
+    if refused:
+        return Decision.deny("; ".join(refused))
+    ops, choice = _tenant_patch(pod, namespace, team, policy)
+    if ops:
         pod = jsonpatch.apply_patch(pod, ops)
     broken = view.broken_in(namespace)
     if broken:
@@ -119,17 +168,17 @@ def mutate(
     policies = view.selecting(namespace, labels)
     extra: dict[str, GateRecord] = {}
     warnings: list[str] = []
-    if choice is not None and choice.band == "batch":
-        outcome = quota_rules.decide(pod, team.labels_of(namespace), "batch", team.quotas, now)
+    if team is not None and choice is not None and choice.band == "batch":
+        ns_labels = team.labels_of(namespace)
+        outcome = quota_rules.decide(pod, ns_labels, "batch", team.quotas, now)
         if isinstance(outcome, quota_rules.Gate):
-            tq = quota_rules.quota_for(
-                quota.pod_team(pod, team.labels_of(namespace)) or "", team.quotas
-            )
+            tq = quota_rules.quota_for(quota.pod_team(pod, ns_labels) or "", team.quotas)
             generation = int(((tq or {}).get("metadata") or {}).get("generation") or 0)
             extra[quota_rules.QUOTA_GATE] = quota_gate_record(now, generation)
             warnings.append(f"waiting for quota: {outcome.message}")
     if (policies or extra) and (pod.get("spec") or {}).get("nodeName"):
-        # The API server refuses gates on a pod that names its node: it is bound already.
+        # Only outside tenant namespaces (tenants may not name a node): the API server
+        # refuses gates on a pod that names its node, it is bound already.
         return Decision.mutate(
             [*ops, *gating.strip_patch(pod)],
             warnings=[
@@ -147,34 +196,39 @@ def mutate(
 
 
 def validate(
-    request: Mapping[str, Any], view: GateView, team: TeamSnapshot | None = None
+    request: Mapping[str, Any],
+    view: GateView,
+    team: TeamSnapshot | None = None,
+    scheduler_name: str | None = None,
 ) -> Decision:
-    """Deny a pod that breaks any pod check or its band rule, naming every gate and rule."""
+    """Deny a pod that breaks any pod check, tenancy or band rule, naming every one.
+
+    It sees the pod after every mutating webhook, so a rule a later mutation broke (another
+    webhook rewriting the scheduler, say) is caught here.
+    """
     found = _pod_create(request)
     if found is None:
         return Decision.allow()
     namespace, pod = found
     broken = violations(PodAdmission(namespace, pod, view))
-    choice = _band(pod, team or TeamSnapshot(), namespace)
-    problem = bands.problem(pod, choice) if choice is not None else None
-    if problem:
-        broken.append(problem)
+    policy = TenantPolicy(scheduler_name)
+    broken += tenant_problems(pod, namespace, team, policy, mutating=False)
     return Decision.deny("; ".join(broken)) if broken else Decision.allow()
 
 
 def quota_verdict(
-    request: Mapping[str, Any], team: TeamSnapshot, now: datetime
+    request: Mapping[str, Any], team: TeamSnapshot | None, now: datetime
 ) -> Decision | Reserve:
     """For a pod that passed `validate`: deny beyond its team's quota (naming the amounts),
     else admit once its reservation is written (`Reserve`); a dry run reserves nothing."""
     found = _pod_create(request)
-    if found is None:
+    if found is None or team is None:
         return Decision.allow()
     namespace, pod = found
-    choice = _band(pod, team, namespace)
-    if choice is None:
+    if not tenancy.is_tenant(namespace):
         return Decision.allow()
     ns_labels = team.labels_of(namespace)
+    choice = bands.resolve(pod, namespace, ns_labels)
     outcome = quota_rules.decide(pod, ns_labels, choice.band, team.quotas, now)
     if not isinstance(outcome, quota_rules.Admit):
         return Decision.deny(outcome.message)

@@ -61,7 +61,9 @@ def decide(
 ) -> Outcome:
     team = quota.pod_team(pod, namespace_labels)
     if team is None or band is None:
-        return Admit(None, None)  # not a team's pod: bands and quotas do not apply
+        # Not a team's pod (its namespace has no team label; the pod's own label counts for
+        # nothing): bands and quotas do not apply.
+        return Admit(None, None)
     if any(g == QUOTA_GATE for g in gates.scheduling_gates(pod)):
         return Admit(None, None)  # waits behind the quota gate: holds no quota yet
     tq = quota_for(team, quotas)
@@ -81,6 +83,10 @@ def decide(
     if over:
         message = "; ".join(quota.describe(team, band, e) for e in over)
         return Gate(message) if band == "batch" else Refuse(message)
+    if not limits:
+        # The band is granted without limits: nothing can be exceeded, so nothing needs
+        # reserving (and admissions need not queue on the TeamQuota's status).
+        return Admit(str(tq["metadata"]["name"]), None)
     meta = pod.get("metadata") or {}
     reservation = {
         "pod": f"{meta.get('namespace', '')}/{meta.get('name') or meta.get('generateName', '')}",

@@ -1,10 +1,26 @@
 """The HTTPS face of the admission webhooks, called by kube-apiserver on every admission.
 
 Each path maps to one pure review function; this module only checks the AdmissionReview
-envelope, calls the review, builds the answer and records it. A bug in a review becomes
-HTTP 500 rather than an invented decision, so the webhook's configured failurePolicy
-decides: fail closed for tenant namespaces, and kube-system and Pilotfish's own namespace
-are left out by the chart's namespaceSelector so a broken webhook cannot deadlock them.
+(strictly: `admission.parse_review`), calls the review, builds the answer and records it.
+
+Who may call: with `client_ca`, only a client presenting a certificate signed by that CA,
+which is the API server's webhook client certificate (its AdmissionConfiguration
+kubeConfigFile); anyone else is refused in the TLS handshake, so nobody else can post a
+review, let alone one that reserves quota. /healthz, /readyz and /metrics are served on the
+same port and, for kubelet probes and Prometheus, on an optional plain `health_port`.
+
+What the answers mean:
+- 200: a decision (allow, deny with the reason, or a patch).
+- 400: the body is not an AdmissionReview the API server would send (bad JSON, nesting past
+  `httpserver.MAX_JSON_DEPTH`, a field of the wrong type, a Pod in `object` whose fields
+  Pilotfish reads have the wrong types); the reason names the field. 408: the body did not
+  arrive in time; 413: it is larger than `MAX_BODY_BYTES`.
+- 500: a bug in a review, met on input that passed every check above. It is logged with
+  its traceback and counted (decision `error`), and the API server applies the webhook's
+  failurePolicy: fail closed for tenant namespaces, while kube-system and Pilotfish's own
+  namespace are left out by the chart's namespaceSelector so a broken webhook cannot
+  deadlock them. It is an answer, not an invented decision. No input reaches it by design;
+  tests/test_server_fuzz.py drives malformed bodies at every path to hold that.
 
 It is also where the pure pod reviews meet their inputs: the GatePolicy snapshot of the
 informer-backed cache and the clock. Until the cache has synced, pod reviews are refused
@@ -26,16 +42,18 @@ from pilotfish.httpserver import BadRequest
 from pilotfish.kube.client import api_client
 from pilotfish.kube.rest import Rest
 from pilotfish.timeutil import utcnow as utc_now
-from pilotfish.webhooks import pods, workloads
-from pilotfish.webhooks.admission import Decision, build_response, parse_review
+from pilotfish.webhooks import pods, podupdate, quantities, templates, workloads
+from pilotfish.webhooks.admission import Decision, InvalidObject, build_response, parse_review
 from pilotfish.webhooks.gatecache import Clock, GatePolicyCache, StaticViews, ViewSource
 from pilotfish.webhooks.gateview import GateView
 from pilotfish.webhooks.teamview import TeamCache, TeamSnapshot, TeamSource
+from pilotfish.webhooks.tenancy import ForeignSchedulers
 
 log = logging.getLogger(__name__)
 
 # An UPDATE carries the object and the old object; a Pod may be up to ~1.5 MB in etcd.
 MAX_BODY_BYTES: Final = 8 * 1024 * 1024
+NOT_SYNCED: Final = "GatePolicy view not synced"
 
 Review = Callable[[Mapping[str, Any]], Decision | Awaitable[Decision]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -46,32 +64,50 @@ def bind_reviews(
     clock: Clock = utc_now,
     teams: TeamSource | None = None,
     scheduler_name: str | None = None,
+    dry_run: templates.DryRun | None = None,
+    *,
+    foreign_schedulers: ForeignSchedulers = "refuse",
 ) -> dict[str, Review]:
     """Path -> review, the pod reviews bound to their views, the clock and the reservation.
 
     The path is also the `webhook` metric label and must match the chart's
     MutatingWebhookConfiguration / ValidatingWebhookConfiguration `clientConfig.service.path`.
-    `teams` None: no bands or quotas (tests and tools without a cluster).
+    `teams` None: no bands or quotas; `dry_run` None: workload templates go unchecked (tests
+    and tools without a cluster).
     """
 
     def team_snapshot() -> TeamSnapshot | None:
         return TeamSnapshot() if teams is None else teams.snapshot()
 
+    def judged(team: TeamSnapshot) -> TeamSnapshot | None:
+        return None if teams is None else team  # None: teams and bands are not judged
+
     def mutate_pods(request: Mapping[str, Any]) -> Decision:
         view, team = views.snapshot(), team_snapshot()
         if view is None or team is None:
             return pods.starting()
-        return pods.mutate(request, view, clock(), team, scheduler_name)
+        return pods.mutate(
+            request,
+            view,
+            clock(),
+            judged(team),
+            scheduler_name,
+            foreign_schedulers=foreign_schedulers,
+        )
+
+    writers = podupdate.Writers.from_env()
 
     async def validate_pods(request: Mapping[str, Any]) -> Decision:
+        if podupdate.is_pod_update(request):
+            return podupdate.review(request, writers)  # needs no view: never "starting"
         view, team = views.snapshot(), team_snapshot()
         if view is None or team is None:
             return pods.starting()
-        checked = pods.validate(request, view, team)
-        if not checked.allowed:
-            return checked
+        checked = pods.validate(request, view, judged(team), scheduler_name)
+        if not checked.allowed or templates.is_template_check(request):
+            return checked  # a template's dry run is not charged: see `templates`
         now = clock()
-        verdict = pods.quota_verdict(request, team, now)
+        verdict = pods.quota_verdict(request, judged(team), now)
         if isinstance(verdict, Decision):
             return verdict
         assert teams is not None  # only a team view yields reservations
@@ -83,7 +119,8 @@ def bind_reviews(
     return {
         "/mutate/pods": mutate_pods,
         "/validate/pods": validate_pods,
-        "/validate/workloads": workloads.validate,
+        "/validate/workloads": lambda request: workloads.validate(request, dry_run),
+        "/validate/teamquotas": quantities.validate_teamquota,
     }
 
 
@@ -100,7 +137,7 @@ def _review_handler(path: str, review: Review) -> Handler:
         operation = "unknown"
         outcome = "error"
         try:
-            admission = parse_review(httpserver.decode_json(await request.read()))
+            admission = parse_review(httpserver.decode_json(await httpserver.read_body(request)))
             operation = admission["operation"]
             answered = review(admission)
             decision = await answered if inspect.isawaitable(answered) else answered
@@ -119,12 +156,18 @@ def _review_handler(path: str, review: Review) -> Handler:
                         "reason": decision.message,
                     },
                 )
+        except InvalidObject as exc:
+            outcome = "invalid"
+            log.info("admission denied", extra={"webhook": path, "reason": str(exc)})
+            denial = Decision.deny(f"{exc}", code=400, reason="BadRequest")
+            response = httpserver.json_response(httpserver.dumps(build_response(exc.uid, denial)))
         except BadRequest as exc:
             outcome = "invalid"
             log.warning("bad admission review", extra={"webhook": path, "reason": str(exc)})
             response = httpserver.bad_request(f"{path}: {exc}")
-        except web.HTTPException:
-            outcome = "invalid"  # e.g. 413 from the body size limit
+        except web.HTTPException as exc:
+            outcome = "invalid"  # 413 from the body size limit, 408 from the body deadline
+            log.warning("bad admission review", extra={"webhook": path, "reason": exc.text})
             raise
         except Exception:
             log.exception("admission review failed", extra={"webhook": path})
@@ -133,15 +176,6 @@ def _review_handler(path: str, review: Review) -> Handler:
             seconds.observe(time.perf_counter() - started)
             metrics.WEBHOOK_REVIEWS.labels(path, operation, outcome).inc()
         return response
-
-    return handle
-
-
-def _readyz(ready: Callable[[], bool]) -> Handler:
-    async def handle(_request: web.Request) -> web.StreamResponse:
-        if ready():
-            return web.Response(text="ok")
-        return web.Response(status=503, text="starting: GatePolicy view not synced")
 
     return handle
 
@@ -159,16 +193,13 @@ def make_app(
     for path, review in reviews.items():
         app.router.add_post(path, _review_handler(path, review))
     httpserver.add_common_routes(app)
-    app.router.add_get("/readyz", _readyz(ready))
+    app.router.add_get("/readyz", httpserver.readyz(ready, NOT_SYNCED))
     return app
 
 
-def server_ssl_context(certfile: str, keyfile: str) -> ssl.SSLContext:
-    """TLS 1.2+ server context; the API server refuses plain HTTP webhooks."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(certfile, keyfile)
-    return context
+def server_ssl_context(certfile: str, keyfile: str, client_ca: str | None = None) -> ssl.SSLContext:
+    """TLS 1.2+ (the API server refuses plain HTTP webhooks); mutual with `client_ca`."""
+    return httpserver.server_tls(certfile, keyfile, client_ca)
 
 
 async def serve(
@@ -178,39 +209,71 @@ async def serve(
     keyfile: str,
     kubeconfig: str | None = None,
     *,
+    client_ca: str | None = None,
+    health_port: int | None = None,
     views: ViewSource | None = None,
     clock: Clock = utc_now,
     scheduler_name: str | None = None,
+    foreign_schedulers: ForeignSchedulers = "refuse",
 ) -> None:
     """Run the webhooks over HTTPS until cancelled.
 
     The API client comes from `kubeconfig`, else $KUBECONFIG, else the in-cluster
     ServiceAccount, and feeds the GatePolicy cache. `views` replaces the cache (no API
-    server at all), for tests. The certificate is read once at start; a rotated certificate
-    takes effect on restart.
+    server at all), for tests. `client_ca`: require callers' certificates signed by it.
+    `health_port`: also serve /healthz, /readyz and /metrics over plain HTTP there. The
+    certificates are read once at start; a rotated certificate takes effect on restart.
     """
-    context = server_ssl_context(certfile, keyfile)
+    context = server_ssl_context(certfile, keyfile, client_ca)
+    if client_ca is None:
+        log.warning(
+            "no client CA: any client that reaches the port can post admission reviews",
+            extra={"component": "webhooks"},
+        )
     if views is not None:
         app = make_app(bind_reviews(views, clock))
-        await httpserver.run_until_cancelled(app, host, port, name="webhooks", ssl_context=context)
+        await httpserver.run_together(
+            "webhooks",
+            httpserver.run_until_cancelled(app, host, port, name="webhooks", ssl_context=context),
+            *_health(host, health_port, lambda: True),
+        )
         return
     api = await api_client(kubeconfig)
     try:
         rest = Rest(api)
         cache = GatePolicyCache.watching(rest)
         teams = TeamCache(rest)
+
+        def ready() -> bool:
+            return cache.synced() and teams.synced()
+
         app = make_app(
-            bind_reviews(cache, clock, teams, scheduler_name),
-            ready=lambda: cache.synced() and teams.synced(),
+            bind_reviews(
+                cache,
+                clock,
+                teams,
+                scheduler_name,
+                templates.dry_run_with(rest),
+                foreign_schedulers=foreign_schedulers,
+            ),
+            ready=ready,
         )
         await httpserver.run_together(
             "webhooks",
             httpserver.run_until_cancelled(app, host, port, name="webhooks", ssl_context=context),
+            *_health(host, health_port, ready),
             _watch(cache),
             teams.run(),
         )
     finally:
         await api.close()
+
+
+def _health(host: str, port: int | None, ready: Callable[[], bool]) -> list[Awaitable[None]]:
+    if port is None:
+        return []
+    app = httpserver.health_app(ready, NOT_SYNCED)
+    return [httpserver.run_until_cancelled(app, host, port, name="webhooks-health")]
 
 
 async def _watch(cache: GatePolicyCache) -> None:

@@ -223,7 +223,10 @@ async def gather_limited(coros: list[Any], limit: int = 20) -> None:
 async def setup(rest: Rest) -> bool:
     """Namespace, workload (and its pods unless a rollout controller makes them), and the
     built-in Service; returns whether the benchmark created the pods itself."""
-    await rest.create(NAMESPACES.path(), {"metadata": {"name": NAMESPACE}})
+    # A pod's team is its namespace's: the workload's team owns the namespace.
+    await rest.create(
+        NAMESPACES.path(), {"metadata": {"name": NAMESPACE, "labels": {names.LABEL_TEAM: TEAM}}}
+    )
 
     async def default_sa() -> bool:
         try:

@@ -46,7 +46,7 @@ from typing import Any
 import yaml
 
 from pilotfish import names
-from pilotfish.devcluster import binaries, components
+from pilotfish.devcluster import binaries, components, pki
 from pilotfish.devcluster.cluster import ClusterSpec, running_cluster
 from pilotfish.devcluster.components import Layout
 from pilotfish.kube.client import api_client
@@ -297,11 +297,15 @@ def kube_scheduler(
 # --- one run -----------------------------------------------------------------------------
 
 
-async def extender_calls(port: int) -> float:
-    """Extender calls answered so far (from its /metrics), to show it was really used."""
+async def extender_calls(layout: Layout, port: int) -> float:
+    """Extender calls answered so far (from its /metrics), to show it was really used.
+
+    Over HTTPS with the local probe's client certificate, as the extender requires."""
+    context = pki.client_context(layout.pki)
 
     def read() -> float:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        url = f"https://127.0.0.1:{port}/metrics"
+        with urllib.request.urlopen(url, timeout=5, context=context) as resp:
             text = resp.read().decode()
         return sum(
             float(line.rsplit(" ", 1)[1])
@@ -323,14 +327,14 @@ async def one_run(
     await watch.start()
     log(f"run {index} ({label}): creating {pods} pods for {scheduler_name}")
     await create_pods(rest, namespace, mixed_pods(pods, scheduler_name))
-    calls_before = await extender_calls(spec.ports.extender)
+    calls_before = await extender_calls(layout, spec.ports.extender)
     with kube_scheduler(
         layout, scheduler_config(layout, spec, scheduler_name, extender), f"{label}-{index}"
     ):
         started = time.monotonic()
         log(f"run {index} ({label}): scheduler started")
         await watch.wait_for(pods, within=max(300.0, pods / 5))
-    calls = await extender_calls(spec.ports.extender) - calls_before
+    calls = await extender_calls(layout, spec.ports.extender) - calls_before
     await watch.stop()
     times = sorted(watch.bound.values())
     first, last = times[0], times[-1]

@@ -75,7 +75,11 @@ class Env:
         return next(c for c in cluster.host_processes(layout, self.spec.ports) if c.name == name)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        """Kill a local host process the hard way (no cleanup), as a crash would."""
+        """Kill a local host process the hard way (no cleanup), as a crash would.
+
+        The whole supervised unit goes (its `pilotfish dev supervise` parent shares the
+        process group), so nothing restarts it: it stays down until `restart`. To crash only
+        the child and let the supervisor bring it back, kill `supervisor.child(...)`."""
         layout = self.require_local()
         proc = supervisor.running(layout, name)
         assert proc is not None, f"{name} is not running"
@@ -220,7 +224,8 @@ def _kind_env() -> Iterator[Env]:
 
 @pytest.fixture
 def namespace(env: Env, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh tenant namespace for one test, labelled with a team; deleted afterwards."""
+    """A fresh tenant namespace for one test, labelled with a team whose TeamQuota grants
+    every band without limits; deleted afterwards."""
     base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
     name = f"e2e-{base}-{hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]}"
     core = k8s.CoreV1Api(env.api)
@@ -230,6 +235,9 @@ def namespace(env: Env, request: pytest.FixtureRequest) -> Iterator[str]:
         lambda: core.read_namespaced_service_account("default", name),
         timeout=60,
     )
+    from e2e.teams import open_quota  # it needs Env and wait_until from here
+
+    open_quota(env, "e2e", name)
     try:
         yield name
     finally:

@@ -209,7 +209,18 @@ def team_quota(env: Env) -> Iterator[None]:
 
 
 @pytest.fixture
-def make(env: Env, namespace: str, team_quota: None) -> Iterator[Any]:
+def team_namespace(env: Env, namespace: str, team_quota: None) -> str:
+    """The test namespace, owned by the workloads' team (a pod's team is its namespace's)."""
+    k8s.CoreV1Api(env.api).patch_namespace(
+        namespace, {"metadata": {"labels": {names.LABEL_TEAM: TEAM}}}
+    )
+    return namespace
+
+
+@pytest.fixture
+def make(env: Env, team_namespace: str) -> Iterator[Any]:
+    namespace = team_namespace
+
     def make(name: str, replicas: int, ports: list[dict[str, Any]] = HTTP_NAMED) -> Workload:
         w = Workload(env, namespace, name)
         w.custom.create_namespaced_custom_object(
@@ -412,9 +423,8 @@ def test_deleting_the_workload_takes_the_service_and_slices(make: Any) -> None:
     wait_until("the slices garbage-collected", lambda: w.slices() == [], 90)
 
 
-def test_a_service_owned_by_someone_else_is_left_alone(
-    env: Env, namespace: str, team_quota: None
-) -> None:
+def test_a_service_owned_by_someone_else_is_left_alone(env: Env, team_namespace: str) -> None:
+    namespace = team_namespace
     core = k8s.CoreV1Api(env.api)
     core.create_namespaced_service(
         namespace,

@@ -18,6 +18,7 @@ Run: PILOTFISH_E2E_PORT_OFFSET=10000 .venv/bin/python -m pytest e2e/test_extende
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -30,7 +31,7 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e.conftest import Env, wait_until
 from pilotfish import names
-from pilotfish.devcluster import nodes
+from pilotfish.devcluster import nodes, pki
 
 PRODUCTION = names.PRIORITY_CLASS["production"]
 BATCH = names.PRIORITY_CLASS["batch"]
@@ -113,12 +114,19 @@ def zone_of(node: str) -> str:
 
 def extender_url(env: Env, path: str) -> str:
     assert env.spec is not None
-    return f"http://127.0.0.1:{env.spec.ports.extender}{path}"
+    return f"https://127.0.0.1:{env.spec.ports.extender}{path}"
+
+
+def extender_tls(env: Env) -> ssl.SSLContext:
+    """The extender requires a client certificate from the cluster CA (the probe's here)."""
+    return pki.client_context(env.require_local().pki)
 
 
 def metric(env: Env, name: str, **labels: str) -> float:
     """Sum of a metric's samples on the extender's /metrics that carry `labels`."""
-    with urllib.request.urlopen(extender_url(env, "/metrics"), timeout=5) as resp:
+    with urllib.request.urlopen(
+        extender_url(env, "/metrics"), timeout=5, context=extender_tls(env)
+    ) as resp:
         text = resp.read().decode()
     total = 0.0
     for line in text.splitlines():
@@ -131,7 +139,9 @@ def metric(env: Env, name: str, **labels: str) -> float:
 
 def extender_ready(env: Env) -> bool:
     try:
-        with urllib.request.urlopen(extender_url(env, "/readyz"), timeout=2) as resp:
+        with urllib.request.urlopen(
+            extender_url(env, "/readyz"), timeout=2, context=extender_tls(env)
+        ) as resp:
             return bool(resp.status == 200)
     except (urllib.error.URLError, OSError):
         return False
@@ -399,7 +409,7 @@ def extender_filter(env: Env, pod: dict[str, Any]) -> str:
         data=json.dumps({"Pod": pod, "Nodes": None, "NodeNames": ALL_NODES}).encode(),
         headers={"Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(request, timeout=5) as resp:
+    with urllib.request.urlopen(request, timeout=5, context=extender_tls(env)) as resp:
         answer = json.loads(resp.read())
     reasons = {**answer["FailedNodes"], **answer["FailedAndUnresolvableNodes"]}
     assert answer["Error"] == ""

@@ -12,7 +12,7 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e.conftest import Env, wait_until
 from pilotfish import names
-from pilotfish.devcluster import nodes
+from pilotfish.devcluster import nodes, pki
 
 CRDS = ("serviceworkloads", "batchworkloads", "gatepolicies", "teamquotas", "nodemaintenances")
 
@@ -101,8 +101,10 @@ def test_kwok_nodes_are_ready_in_three_zones(env: Env) -> None:
 
 def _extender_filter_calls(env: Env) -> float:
     assert env.spec is not None
-    url = f"http://127.0.0.1:{env.spec.ports.extender}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as resp:
+    url = f"https://127.0.0.1:{env.spec.ports.extender}/metrics"
+    # The extender requires a client certificate from the cluster CA.
+    context = pki.client_context(env.require_local().pki)
+    with urllib.request.urlopen(url, timeout=5, context=context) as resp:
         text = resp.read().decode()
     total = 0.0
     for line in text.splitlines():

@@ -23,6 +23,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from e2e.conftest import Env, wait_until
+from e2e.teams import open_quota
 from pilotfish import names
 from pilotfish.gates import LABEL_GATED, PodGates, read_record
 from pilotfish.timeutil import parse_time
@@ -186,6 +187,7 @@ def other_namespace(env: Env, namespace: str) -> Iterator[str]:
         f"the default ServiceAccount in {name}",
         lambda: core.read_namespaced_service_account("default", name),
     )
+    open_quota(env, "e2e-b", name)
     try:
         yield name
     finally:

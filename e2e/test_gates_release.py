@@ -6,6 +6,10 @@ Pods are created already gated (gates, the gated label and the record annotation
 namespace: so the tests hold whether or not the mutating webhook is running yet (it keeps
 gates a pod already has and rewrites the record with the same terms), and the validating
 webhook, which only admits Pilotfish gates that a policy declares, lets them through.
+The namespaces opt out of the webhooks (`pilotfish.io/webhooks: disabled`, as the chart
+allows the platform to do): the pods here carry teams and priority classes of the tests'
+own, which admission refuses in tenant namespaces (a pod's team is its namespace's, its
+class one of the Pilotfish bands'); what is tested is release, each pod admitted as written.
 
 Nothing waits a fixed time: every wait polls for a state with a deadline, and "did not
 happen" is only asserted after the controller has shown it looked (the pod's State
@@ -36,6 +40,7 @@ P = names.GATE_PREFIX
 FAILOVER = 120.0
 CRD = f"gatesignals.{names.GROUP}"
 NO_NODE = {"e2e.pilotfish.io/no-such-node": "true"}
+WEBHOOKS_LABEL = "pilotfish.io/webhooks"  # "disabled": the chart's webhooks skip the namespace
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -135,8 +140,8 @@ class Gated:
                 initial_backoff_seconds=retry.get("initialBackoffSeconds", 10),
                 max_backoff_seconds=retry.get("maxBackoffSeconds", 600),
             )
-        # No band label: admission then leaves bands and quota alone (the priority classes
-        # here are the test's own), and the gate controller takes the default band, batch.
+        # No band label and the test's own priority classes (the namespace opts out of
+        # admission): the gate controller takes the default band, batch.
         labels = {"app": app, gates.LABEL_GATED: "true", names.LABEL_TEAM: team or self.team}
         if gang:
             labels[gates.LABEL_GANG] = gang
@@ -326,6 +331,23 @@ class Gated:
 
 @pytest.fixture
 def g(env: Env, namespace: str) -> Iterator[Gated]:
+    core = k8s.CoreV1Api(env.api)
+    core.patch_namespace(namespace, {"metadata": {"labels": {WEBHOOKS_LABEL: "disabled"}}})
+    probe = {
+        "metadata": {"name": "probe", "labels": {names.LABEL_TEAM: "not-the-namespace-s"}},
+        "spec": {"containers": [{"name": "c", "image": "example/probe:1"}]},
+    }
+
+    def left_alone() -> bool:
+        try:
+            core.create_namespaced_pod(namespace, probe, dry_run="All")
+        except ApiException as e:
+            if e.status == 403:  # refused by the webhooks: they still see the namespace
+                return False
+            raise
+        return True
+
+    wait_until("the webhooks to leave the namespace alone", left_alone, timeout=30)
     world = Gated(env, namespace)
     try:
         yield world
@@ -557,6 +579,7 @@ def test_kill_9_mid_release_converges_without_double_release(g: Gated, signals_c
         lambda: sum(r["decision"] == "released" for r in g.audit_lines()) >= 3,
         timeout=60,
     )
+    killed_at = _now()
     env.kill("pilotfish-operator")  # SIGKILL, mid-release: the rate keeps most gated
     try:
         assert sum(r["decision"] == "released" for r in g.audit_lines()) < count
@@ -581,8 +604,10 @@ def test_kill_9_mid_release_converges_without_double_release(g: Gated, signals_c
         assert r["gate"] == P + "go"
         per_pod[r["pod"]] = per_pod.get(r["pod"], 0) + 1
     assert per_pod == {f"{g.ns}/{p}": 1 for p in pods}, "each pod released exactly once"
-    actors = {r["actor"] for r in released}
-    assert len(actors) == 2, f"released by the killed and by the new operator: {actors}"
+    # The new process has the killed one's identity (it resumes the lease as its own), so
+    # the release times tell the two apart.
+    by_killed = [r for r in released if timeutil.parse_time(r["ts"]) < killed_at]
+    assert 0 < len(by_killed) < count, "released partly by the killed, the rest by the new one"
 
 
 def test_duplicate_removal_patches_are_harmless(g: Gated, signals_crd: None) -> None:

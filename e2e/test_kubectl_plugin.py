@@ -30,7 +30,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from e2e.conftest import Env, wait_until
-from pilotfish import gates, timeutil
+from pilotfish import gates, names, timeutil
 from pilotfish.devcluster import kubeconfig as kcfg
 
 PLUGIN = Path(sys.executable).parent / "kubectl-pilotfish"
@@ -156,6 +156,30 @@ def ns(env: Env, namespace: str) -> str:
             "subjects": [
                 {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": RELEASERS}
             ],
+        },
+    )
+    # The policy the pods' records name: the gate controller releases nothing its policy
+    # does not declare.
+    k8s.CustomObjectsApi(env.api).create_namespaced_custom_object(
+        names.GROUP,
+        names.VERSION,
+        namespace,
+        "gatepolicies",
+        {
+            "apiVersion": names.API_VERSION,
+            "kind": "GatePolicy",
+            "metadata": {"name": "e2e-policy"},
+            "spec": {
+                "selector": {},
+                "gates": [
+                    {
+                        "name": g,
+                        "condition": {"type": "GateSignal", "signalName": g.split("/", 1)[1]},
+                        "timeoutSeconds": 3600,
+                    }
+                    for g in (DATA, WAREHOUSE)
+                ],
+            },
         },
     )
     return namespace

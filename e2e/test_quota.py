@@ -178,7 +178,7 @@ def test_batch_over_quota_waits_gated_and_starts_as_quota_frees(
             .get("used", {})
             .get("batch", {})
             .get("cpu")
-            == 4
+            == "4"  # a canonical quantity string, never a JSON number
         ),
         timeout=60,
     )

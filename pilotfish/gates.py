@@ -2,9 +2,14 @@
 
 At pod creation the webhook puts every gate of every matching GatePolicy on the pod and
 records, in one annotation, each gate's creation-time contract: the policy and generation it
-came from, the condition that releases it, its deadline and what expiry does. The controller
-reads only that record, never the current policy, so editing a policy later does not change
-the terms of pods already waiting (gates can be removed but never added after creation).
+came from, the condition that releases it, its deadline and what expiry does. The deadline
+and expiry terms are read from that record, so editing a policy later does not move the
+deadlines of pods already waiting (gates can be removed but never added after creation).
+The condition is not taken on the record's word: the controller releases a gate only on the
+condition its GatePolicy (or, for the quota gate, the quota rule) declares, and holds a gate
+whose record says otherwise (pilotfish.operators.gates.terms). The record, like every
+Pilotfish label and annotation on a pod, cannot be changed after creation except by the
+operator (pilotfish.podmeta).
 
 Names here are the only place these keys are spelled.
 """
@@ -27,6 +32,13 @@ LABEL_REVIEW: Final = "gates.pilotfish.io/review"
 
 ANNOTATION_RECORD: Final = "gates.pilotfish.io/record"
 ANNOTATION_CREATED: Final = "gates.pilotfish.io/created-at"
+# Left by `kubectl pilotfish gates release` in the write that removes a gate by hand.
+ANNOTATION_MANUAL_RELEASE: Final = "gates.pilotfish.io/manual-release"
+
+# The gate admission puts on a batch pod over its team's quota, and the name its record
+# carries in place of a GatePolicy's: its terms are the quota rule's, not a policy's.
+QUOTA_GATE: Final = "gates.pilotfish.io/quota-available"
+QUOTA_POLICY: Final = "(team quota)"
 
 # The pod condition that shows where a gated pod stands in the design's state machine.
 POD_CONDITION: Final = "gates.pilotfish.io/State"
@@ -68,18 +80,58 @@ class PodGates:
         )
 
 
+# The JSON type of each GateRecord field: a record with any other is not one the webhook wrote.
+_FIELD_TYPES: Final[Mapping[str, type]] = {
+    "policy": str,
+    "generation": int,
+    "condition": dict,
+    "timeout_seconds": int,
+    "deadline": str,
+    "on_expiry": str,
+    "initial_backoff_seconds": int,
+    "max_backoff_seconds": int,
+    "attempts": int,
+    "owner": str,
+}
+ON_EXPIRY: Final = ("Fail", "Retry", "Review")
+
+
+def _gate_record(entry: Any) -> GateRecord | None:
+    if not isinstance(entry, dict) or not set(entry) <= set(_FIELD_TYPES):
+        return None
+    for key, value in entry.items():
+        kind = _FIELD_TYPES[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            return None
+    if entry.get("on_expiry", "Fail") not in ON_EXPIRY:
+        return None
+    try:
+        return GateRecord(**entry)
+    except TypeError:  # a required field is missing
+        return None
+
+
 def read_record(pod: Mapping[str, Any]) -> PodGates | None:
-    """The gate record the webhook wrote on `pod`, or None if it carries none (or a bad one)."""
+    """The gate record the webhook wrote on `pod`, or None if it carries none (or a bad one:
+    not JSON, or any entry not of the record's shape and types)."""
     ann = (pod.get("metadata") or {}).get("annotations") or {}
     raw = ann.get(ANNOTATION_RECORD)
-    if not raw:
+    if not raw or not isinstance(raw, str):
         return None
     try:
         data = json.loads(raw)
-        gates = {name: GateRecord(**rec) for name, rec in data.items()}
-    except (ValueError, TypeError):
+    except ValueError:
         return None
-    return PodGates(created=ann.get(ANNOTATION_CREATED, ""), gates=gates)
+    if not isinstance(data, dict):
+        return None
+    gates: dict[str, GateRecord] = {}
+    for name, entry in data.items():
+        rec = _gate_record(entry)
+        if rec is None:
+            return None
+        gates[name] = rec
+    created = ann.get(ANNOTATION_CREATED, "")
+    return PodGates(created=created if isinstance(created, str) else "", gates=gates)
 
 
 def scheduling_gates(pod: Mapping[str, Any]) -> list[str]:

@@ -1,61 +1,32 @@
 """Team quota arithmetic shared by admission, the quota gate and the usage reconciler.
 
-Quantities are exact (`Fraction`): a hundred 10m CPU requests make exactly one core, and a
-quota is never exceeded by rounding. Resource names are canonical: `cpu` (cores), `memory` (bytes),
-`gpus` (`nvidia.com/gpu`), `pods`, and any other extended resource by its own name.
+Quantities are exact (`Fraction`, read and written by `pilotfish.quantity`): a hundred 10m
+CPU requests make exactly one core, and a quota is never exceeded by rounding. Resource names
+are canonical: `cpu` (cores), `memory` (bytes), `gpus` (`nvidia.com/gpu`), `pods`, and any
+other extended resource by its own name.
 """
 
 from __future__ import annotations
 
-import re
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final
 
-from pilotfish import gates, names
+from pilotfish import gates, names, quantity
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 Resources = dict[str, Fraction]
 
-_SUFFIX: Final[dict[str, Fraction]] = {
-    "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": Fraction(1),
-    "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
-    "P": Fraction(10**15), "E": Fraction(10**18),
-    "Ki": Fraction(2**10), "Mi": Fraction(2**20), "Gi": Fraction(2**30), "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50), "Ei": Fraction(2**60),
-}  # fmt: skip
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+)(?:[eE]([+-]?[0-9]+))?(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)$")
-
-
-def parse_quantity(value: str | int | float) -> Fraction:
-    """A Kubernetes quantity ("500m", "4Gi", "1e3", 2) as an exact number."""
-    if isinstance(value, int | float):
-        return Fraction(value)
-    m = _QUANTITY.match(value.strip())
-    if not m:
-        raise ValueError(f"not a quantity: {value!r}")
-    number, exponent, suffix = m.groups()
-    out = Fraction(number) * _SUFFIX[suffix]
-    if exponent:
-        out *= Fraction(10) ** int(exponent)
-    return out
+# The one parser: exact, bounded in cost, saturating beyond any node (QuantityError if not
+# a quantity at all).
+parse_quantity = quantity.parse
 
 
 def format_quantity(resource: str, value: Fraction) -> str:
-    """A short human form: cores as 2 or 500m, memory in Gi/Mi, counts as integers."""
-    if resource == "cpu":
-        if value.denominator == 1:
-            return str(value.numerator)
-        return f"{round(value * 1000)}m"
-    if resource == "memory":
-        for unit in ("Ti", "Gi", "Mi", "Ki"):
-            scaled = value / _SUFFIX[unit]
-            if scaled >= 1:
-                text = f"{float(scaled):.1f}".removesuffix(".0")
-                return f"{text}{unit}"
-        return str(int(value))
-    return str(int(value)) if value.denominator == 1 else f"{float(value):g}"
+    """The API server's form of the amount: cores as 2 or 500m, memory as 4Gi or 1536Mi."""
+    return quantity.canonical(value, quantity.format_for(resource))
 
 
 def canonical(name: str) -> str:
@@ -86,17 +57,29 @@ def add(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> Resources:
 
 
 def band_limits(quota: Mapping[str, Any], band: str) -> Resources | None:
-    """The limits a TeamQuota object sets for `band`; None when it does not declare the band."""
+    """The limits a TeamQuota object sets for `band`; None when it does not declare the band.
+
+    An amount that is not a quantity (only an object stored before the CRD's pattern
+    matched this parser could hold one) limits that resource to zero: the team's band admits
+    none of it until the TeamQuota is fixed, and no other team's quota is affected.
+    """
     spec_band = ((quota.get("spec") or {}).get("bands") or {}).get(band)
     if spec_band is None:
         return None
     out: Resources = {}
     for key in ("cpu", "memory", "gpus", "pods"):
         if spec_band.get(key) is not None:
-            out[key] = parse_quantity(spec_band[key])
+            out[key] = _limit(spec_band[key])
     for k, v in (spec_band.get("extended") or {}).items():
-        out[canonical(k)] = parse_quantity(v)
+        out[canonical(k)] = _limit(v)
     return out
+
+
+def _limit(value: Any) -> Fraction:
+    try:
+        return parse_quantity(value)
+    except quantity.QuantityError:
+        return Fraction(0)
 
 
 @dataclass(frozen=True)
@@ -130,23 +113,36 @@ def describe(team: str, band: str, e: Excess) -> str:
 
 
 def pod_band(pod: Mapping[str, Any], default: str = "batch") -> str:
-    """The pod's band: its label, else its priority class, else `default`."""
-    meta = pod.get("metadata") or {}
-    label = (meta.get("labels") or {}).get(names.LABEL_BAND)
-    if label in names.BANDS:
-        return str(label)
+    """The band the pod was admitted in: its Pilotfish priority class, else its band label,
+    else `default`.
+
+    The class comes first because the API server never lets it change after creation, and
+    the webhook sets it from the band at admission: relabelling a running pod cannot move
+    its charge to another band. The label covers pods admitted without the webhooks
+    (namespaces that opt out).
+    """
     pc = (pod.get("spec") or {}).get("priorityClassName")
     for band, cls in names.PRIORITY_CLASS.items():
         if pc == cls:
             return band
+    meta = pod.get("metadata") or {}
+    label = (meta.get("labels") or {}).get(names.LABEL_BAND)
+    if label in names.BANDS:
+        return str(label)
     return default
 
 
-def pod_team(
-    pod: Mapping[str, Any], namespace_labels: Mapping[str, str] | None = None
-) -> str | None:
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return labels.get(names.LABEL_TEAM) or (namespace_labels or {}).get(names.LABEL_TEAM)
+def pod_team(pod: Mapping[str, Any], namespace_labels: Mapping[str, str] | None) -> str | None:
+    """The team a pod is charged to: its namespace's `pilotfish.io/team` label, or None.
+
+    Never the pod's own label: anyone who may create a pod may write that, while only the
+    platform may label a namespace (the built-in `edit` role cannot update namespaces). The
+    webhook copies the namespace's team onto the pod at creation for readers that only see
+    the pod; `pod` stays in the signature so callers read as "the team of this pod".
+    """
+    del pod
+    team = (namespace_labels or {}).get(names.LABEL_TEAM)
+    return team if isinstance(team, str) and team else None
 
 
 def counts_against_quota(pod: Mapping[str, Any]) -> bool:
@@ -166,29 +162,24 @@ def usage(pods: Iterable[Mapping[str, Any]]) -> Resources:
     return total
 
 
-def quantity_string(value: Fraction) -> str | int:
-    """An exact quantity for a status field: an integer when whole, else milli or nano units."""
-    if value.denominator == 1:
-        return value.numerator
-    milli = value * 1000
-    if milli.denominator == 1:
-        return f"{milli.numerator}m"
-    return f"{round(value * 10**9)}n"
-
-
 def band_resources(amounts: Mapping[str, Fraction]) -> dict[str, Any]:
-    """Canonical amounts as a TeamQuota BandResources object (wire form)."""
+    """Canonical amounts as a TeamQuota BandResources object (wire form).
+
+    Quantities as the API server's canonical strings, never JSON numbers (a number beyond
+    float64 cannot be stored at all); counts as integers. Both saturate like parsed values,
+    so a sum of absurd requests is still one that the API server accepts and reads back.
+    """
     out: dict[str, Any] = {}
     extended: dict[str, Any] = {}
     for name, value in sorted(amounts.items()):
         if value == 0:
             continue
         if name in ("cpu", "memory"):
-            out[name] = quantity_string(value)
+            out[name] = format_quantity(name, value)
         elif name in ("gpus", "pods"):
-            out[name] = int(value)
+            out[name] = min(math.ceil(value), quantity.MAX)
         else:
-            extended[name] = quantity_string(value)
+            extended[name] = format_quantity(name, value)
     if extended:
         out["extended"] = extended
     return out

@@ -4,22 +4,23 @@ Every quantity becomes an integer in the unit the scheduler itself compares in (
 millicores, memory in bytes, GPUs and other extended resources in whole units), rounded up
 as kube-scheduler rounds requests up. Integers keep the per-node arithmetic of a scheduling
 call to additions and comparisons, with no `Fraction` or `Decimal` on the hot path: parsing
-happens once per informer event, or once per call for the pod being placed.
+(`pilotfish.quantity`, cached, its cost bounded whatever the value) happens once per
+informer event, or once per call for the pod being placed. A request beyond anything a node
+holds saturates (2^63 units) and so fits no node, rather than costing a power of ten.
 
-Pure: no I/O and no clock. Malformed quantities count as zero rather than raising, because
-the API server has validated every object the extender sees; a value it accepted but this
-parser does not understand must not take the extender down.
+Pure: no I/O and no clock. Malformed quantities count as zero rather than raising: the
+parser reads the API server's own language, so only a body that did not come from the API
+server holds one, and it must not take the extender down.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any, Final
 
 from pilotfish import names
+from pilotfish import quantity as quantities
 from pilotfish.timeutil import parse_time_or_none
 
 CPU: Final = "cpu"
@@ -43,58 +44,29 @@ BEST_EFFORT: Final = "best-effort"
 BAND_RANK: Final = {BEST_EFFORT: 0, BATCH: 1, PRODUCTION: 2}
 _BAND_OF_CLASS: Final = {cls: band for band, cls in names.PRIORITY_CLASS.items()}
 
-# Kubernetes quantity suffixes (k8s.io/apimachinery/pkg/api/resource).
-_SUFFIX: Final[dict[str, Fraction]] = {
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 1000),
-    "": Fraction(1),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
-}
-_QUANTITY: Final = re.compile(
-    r"^\s*([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?))\s*$"
-)
-
 
 def quantity(value: Any) -> Fraction:
     """A Kubernetes quantity ("500m", "4Gi", "1e3", 8) as an exact number; 0 if malformed."""
-    if isinstance(value, bool):
+    try:
+        return quantities.parse(value)
+    except quantities.QuantityError:
         return Fraction(0)
-    if isinstance(value, int):
-        return Fraction(value)
-    if isinstance(value, float):
-        return Fraction(value) if math.isfinite(value) else Fraction(0)
-    if not isinstance(value, str):
-        return Fraction(0)
-    match = _QUANTITY.match(value)
-    if match is None:
-        return Fraction(0)
-    number, exponent, suffix = match.groups()
-    base = Fraction(number)
-    if exponent is not None:
-        return base * Fraction(10) ** int(exponent[1:])
-    return base * _SUFFIX[suffix or ""]
 
 
 def milli(value: Any) -> int:
-    """A CPU quantity in millicores, rounded up (the scheduler's MilliValue)."""
-    return math.ceil(quantity(value) * 1000)
+    """A CPU quantity in millicores, rounded up (the scheduler's MilliValue); 0 if malformed."""
+    try:
+        return quantities.milli(value)
+    except quantities.QuantityError:
+        return 0
 
 
 def whole(value: Any) -> int:
-    """Memory in bytes, or a count of an extended resource, rounded up."""
-    return math.ceil(quantity(value))
+    """Memory in bytes, or a count of an extended resource, rounded up; 0 if malformed."""
+    try:
+        return quantities.whole(value)
+    except quantities.QuantityError:
+        return 0
 
 
 # Per resource, how to turn its quantity into the integer unit the extender keeps.

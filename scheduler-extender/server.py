@@ -9,6 +9,11 @@ does not look labels up.
 
 When the extender is down, or its snapshot has not synced yet
 ----------------------------------------------------------------
+Only kube-scheduler calls it: over HTTPS, presenting a client certificate signed by the CA
+given with `--client-ca` (pilotfish/devcluster/components.py and the chart configure the
+extender's tlsConfig); any other client is refused in the TLS handshake. Malformed bodies
+get 400 naming the field (`wire`), slow ones are cut off (`pilotfish.httpserver`).
+
 The scheduler configuration (pilotfish/devcluster/components.py and the chart) sets
 `ignorable: true`. Until both informers have listed everything, filter and prioritize answer
 HTTP 503 (outcome `unavailable`); a killed or unreachable extender fails the connection. In
@@ -33,8 +38,10 @@ it has synced; bindings are made by the scheduler alone, so no pod is bound twic
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 from aiohttp import web
@@ -144,7 +151,7 @@ def _instrumented(verb: str, decision: _Decision) -> Handler:
         started = time.perf_counter()
         outcome = "error"
         try:
-            body = httpserver.decode_json(await request.read())
+            body = httpserver.decode_json(await httpserver.read_body(request))
             response = httpserver.json_response(decision(body))
             outcome = "ok"
         except BadRequest as exc:
@@ -157,9 +164,10 @@ def _instrumented(verb: str, decision: _Decision) -> Handler:
                 response = httpserver.json_response(exc.answer)
             else:
                 response = web.Response(status=503, text=f"{verb}: {exc}")
-        except web.HTTPException:
-            # e.g. 413 from aiohttp's body size limit: already an HTTP answer.
+        except web.HTTPException as exc:
+            # 413 from aiohttp's body size limit, 408 from the body deadline.
             outcome = "bad_request"
+            log.warning("bad extender request", extra={"verb": verb, "reason": exc.text})
             raise
         except Exception:
             log.exception("extender call failed", extra={"verb": verb})
@@ -178,42 +186,90 @@ def make_app(extender: Extender) -> web.Application:
     app.router.add_post("/prioritize", _instrumented("prioritize", extender.prioritize))
     app.router.add_post("/preempt", _instrumented("preempt", extender.preempt))
 
-    async def readyz(_request: web.Request) -> web.Response:
-        """Ready once the snapshot has synced: before that every call is skipped."""
-        if extender.snapshot.synced:
-            return web.Response(text="ok")
-        return web.Response(status=503, text=NOT_SYNCED)
-
-    app.router.add_get("/readyz", readyz)
+    # Ready once the snapshot has synced: before that every call is skipped.
+    app.router.add_get("/readyz", httpserver.readyz(lambda: extender.snapshot.synced, NOT_SYNCED))
     httpserver.add_common_routes(app)
     return app
 
 
+@dataclass(frozen=True)
+class Tls:
+    """The serving certificate and, to require callers' certificates, the CA that signs
+    them (kube-scheduler's extender tlsConfig certFile/keyFile)."""
+
+    certfile: str
+    keyfile: str
+    client_ca: str | None = None
+
+    def context(self) -> ssl.SSLContext:
+        return httpserver.server_tls(self.certfile, self.keyfile, self.client_ca)
+
+
 async def serve_snapshot(
-    host: str, port: int, snapshot: Snapshot, feed: Awaitable[None] | None = None
+    host: str,
+    port: int,
+    snapshot: Snapshot,
+    feed: Awaitable[None] | None = None,
+    *,
+    tls: Tls | None = None,
+    health_port: int | None = None,
 ) -> None:
     """Serve the verbs over `snapshot` while `feed` (the informers) keeps it current.
 
     The HTTP server starts at once, so /healthz answers while the snapshot lists; if the
     feed ever stops (it retries internally, so only a bug ends it), the process stops too
-    rather than answer from a view that no longer moves.
+    rather than answer from a view that no longer moves. `health_port`: also serve
+    /healthz, /readyz and /metrics over plain HTTP there, for kubelet probes and Prometheus,
+    which cannot present a client certificate.
     """
-    server = httpserver.run_until_cancelled(
-        make_app(Extender(snapshot)), host, port, name="extender"
-    )
-    await httpserver.run_together("extender", server, *([feed] if feed is not None else []))
+    if tls is None or tls.client_ca is None:
+        log.warning(
+            "extender without client certificates: any client that reaches the port can call it",
+            extra={"component": "extender", "tls": tls is not None},
+        )
+    parts = [
+        httpserver.run_until_cancelled(
+            make_app(Extender(snapshot)),
+            host,
+            port,
+            name="extender",
+            ssl_context=tls.context() if tls is not None else None,
+        )
+    ]
+    if health_port is not None:
+        health = httpserver.health_app(lambda: snapshot.synced, NOT_SYNCED)
+        parts.append(
+            httpserver.run_until_cancelled(health, host, health_port, name="extender-health")
+        )
+    await httpserver.run_together("extender", *parts, *([feed] if feed is not None else []))
 
 
-async def serve(host: str, port: int, kubeconfig: str | None = None) -> None:
-    """Run the extender over plain HTTP until cancelled, its snapshot fed by informers.
+async def serve(
+    host: str,
+    port: int,
+    kubeconfig: str | None = None,
+    *,
+    tls: Tls | None = None,
+    health_port: int | None = None,
+) -> None:
+    """Run the extender until cancelled, its snapshot fed by informers.
 
-    Plain HTTP because the scheduler reaches it on localhost or inside the cluster network;
-    the scheduler's extender config supports TLS if a deployment needs it later. The API
-    client comes from `kubeconfig`, else $KUBECONFIG, else the in-cluster ServiceAccount.
+    Over HTTPS with `tls` (kube-scheduler's extender `urlPrefix: https://...` with a
+    `tlsConfig`), and then, with a client CA, only for callers presenting a certificate it
+    signed: the placement verbs and the assumptions prioritize records are the scheduler's
+    alone. The API client comes from `kubeconfig`, else $KUBECONFIG, else the in-cluster
+    ServiceAccount.
     """
     api = await api_client(kubeconfig)
     try:
         snapshot = Snapshot()
-        await serve_snapshot(host, port, snapshot, SnapshotFeed(Rest(api), snapshot).run())
+        await serve_snapshot(
+            host,
+            port,
+            snapshot,
+            SnapshotFeed(Rest(api), snapshot).run(),
+            tls=tls,
+            health_port=health_port,
+        )
     finally:
         await api.close()

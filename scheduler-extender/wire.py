@@ -6,9 +6,11 @@ objects inside it (the Pod, Nodes, victim Pods) use their normal lower-case JSON
 here does I/O; every malformed input raises `BadRequest` naming the offending field, which
 the server turns into HTTP 400 (the scheduler treats it as an extender error).
 
-Parsing keeps the decoded lists and dicts as they came from `json.loads` instead of copying
-them into new structures: the scheduler sends up to one name per node on every call, and
-the handler budget is a few milliseconds.
+Parsing is strict: every field the extender reads is checked for its JSON type (the pod
+against `pilotfish.wireshape.Pod`), so that no body, whoever sent it, reaches `decide` in a
+shape it does not expect. It keeps the decoded lists and dicts as they came from
+`json.loads` instead of copying them into new structures: the scheduler sends up to one
+name per node on every call, and the handler budget is a few milliseconds.
 """
 
 from collections.abc import Mapping, Sequence
@@ -17,6 +19,7 @@ from json.encoder import encode_basestring_ascii
 from typing import Any, Final
 
 from pilotfish.httpserver import BadRequest, dumps
+from pilotfish.wireshape import check_pod
 
 # kube-scheduler's MaxExtenderPriority: it multiplies an extender score by the configured
 # weight and by MaxNodeScore / MaxExtenderPriority (100 / 10).
@@ -64,9 +67,11 @@ def _kind(value: Any) -> str:
 
 
 def _pod(body: Json) -> Json:
+    """The pod being placed, checked where the extender reads it (`wireshape.Pod`): a
+    misfit there would otherwise surface as an exception deep in `decide`."""
     if body.get("Pod") is None:
         raise BadRequest("Pod is missing")
-    return _object(body["Pod"], "Pod")
+    return check_pod(body["Pod"], "Pod")
 
 
 def _string_list(value: Any, what: str) -> list[str]:

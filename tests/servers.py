@@ -1,9 +1,22 @@
-"""Helpers for tests that start a real server on a loopback port."""
+"""Helpers for tests that start a real server on a loopback port.
+
+The servers under test speak mutual TLS with the local control plane's PKI (`dev_pki`):
+the webhooks and the extender present their serving certificates and require a client
+certificate signed by the same CA, which `client_tls` presents.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+import ssl
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+from pilotfish import httpserver
+from pilotfish.devcluster import pki
 
 
 def free_port() -> int:
@@ -28,3 +41,59 @@ async def wait_listening(task: asyncio.Task[None], port: int) -> None:
         await writer.wait_closed()
         return
     raise AssertionError(f"nothing listening on {port}")
+
+
+@contextlib.asynccontextmanager
+async def serving(start: Callable[[int], Awaitable[None]], *also: int) -> AsyncIterator[int]:
+    """Run `start(port)` on a free port until the block ends; yields the port once it and
+    the ports in `also` (a health port, say) accept connections."""
+    port = free_port()
+    task = asyncio.ensure_future(start(port))
+    try:
+        for each in (port, *also):
+            await wait_listening(task, each)
+        yield port
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def dev_pki(root: Path) -> pki.Pki:
+    """The PKI `pilotfish dev up` makes, in `root` (made once, reused when it exists)."""
+    return pki.ensure(root)
+
+
+def server_tls(certs: pki.Pki, stem: str) -> ssl.SSLContext:
+    """Serving context of host process `stem` ("webhooks", "extender"), requiring clients
+    signed by the dev CA, exactly as `pilotfish dev up` starts them."""
+    return httpserver.server_tls(
+        str(certs.cert(stem)), str(certs.key(stem)), client_ca=str(certs.ca_cert)
+    )
+
+
+def client_tls(certs: pki.Pki, identity: str | None = "local-probe") -> ssl.SSLContext:
+    """A client that trusts the dev CA and presents `identity`'s certificate (None: none)."""
+    if identity is None:
+        return ssl.create_default_context(cafile=str(certs.ca_cert))
+    return pki.client_context(certs, identity)
+
+
+async def seconds_until_closed(
+    port: int, sent: bytes, context: ssl.SSLContext | None = None, limit: float = 60.0
+) -> float:
+    """Send `sent` (half a request, say), then wait for the server to hang up; how long it
+    took. Whatever the server answers before closing is read and dropped."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    started = time.monotonic()
+    try:
+        writer.write(sent)
+        await writer.drain()
+        async with asyncio.timeout(limit):
+            while await reader.read(65536):
+                pass
+        return time.monotonic() - started
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError, ssl.SSLError):
+            await writer.wait_closed()

@@ -353,14 +353,17 @@ def test_extender_rbac_is_read_nodes_and_pods_plus_events() -> None:
     } | {(g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")}
 
 
-def test_webhooks_rbac_writes_only_teamquota_status_and_events() -> None:
+def test_webhooks_rbac_writes_only_teamquota_status_events_and_dry_run_pods() -> None:
     (rules,) = rbac_rules("rbac-webhooks.yaml").values()
     writes = {(g, r) for g, r, v in grants(rules) if v not in {"get", "list", "watch"}}
     assert writes == {
         ("pilotfish.io", "teamquotas/status"),
         ("", "events"),
         ("events.k8s.io", "events"),
+        ("", "pods"),  # create, dry runs only (webhooks-dryrun-policy.yaml)
     }
+    policy = (TEMPLATES / "webhooks-dryrun-policy.yaml").read_text()
+    assert "request.dryRun == true" in policy and "pilotfish.webhooks.name" in policy
 
 
 def test_scheduler_lease_role_is_limited_to_its_own_lease() -> None:
@@ -448,7 +451,8 @@ def test_helm_template_default() -> None:
     (config,) = [d for d in docs if d["kind"] == "ConfigMap"]
     scheduler = yaml.safe_load(config["data"]["config.yaml"])
     extender, gpus = scheduler["extenders"]
-    assert extender["urlPrefix"] == "http://pilotfish-extender.pilotfish-system.svc:8080"
+    assert extender["urlPrefix"] == "https://pilotfish-extender.pilotfish-system.svc:443"
+    assert extender["tlsConfig"]["certFile"] == "/etc/pilotfish-scheduler-tls/tls.crt"
     assert gpus["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": True}]
     assert extender["weight"] == 5
     assert extender["ignorable"] is True
@@ -478,3 +482,89 @@ def test_helm_local_mode_requires_a_ca_bundle_and_a_valid_port() -> None:
     )
     assert bad_port.returncode != 0
     assert "webhookPort" in bad_port.stderr
+
+
+# --- least privilege at run time: listeners, system namespaces --------------------------------
+
+# Built-in kinds whose objects make pods; a Pilotfish account may make none in system namespaces.
+POD_MAKERS = {
+    ("", "pods"),
+    ("", "replicationcontrollers"),
+    ("apps", "deployments"),
+    ("apps", "replicasets"),
+    ("apps", "statefulsets"),
+    ("apps", "daemonsets"),
+    ("batch", "jobs"),
+    ("batch", "cronjobs"),
+}
+
+
+@needs_helm
+def test_every_listener_binds_to_the_pod_ip() -> None:
+    containers = [
+        c
+        for d in render()
+        if d["kind"] == "Deployment"
+        for c in d["spec"]["template"]["spec"]["containers"]
+    ]
+    assert {c["name"] for c in containers} == {"operator", "extender", "webhooks", "kube-scheduler"}
+    flags = {"operator": "--metrics-host", "kube-scheduler": "--bind-address"}
+    for c in containers:
+        env = {e["name"]: e for e in c.get("env") or []}
+        assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}, c["name"]
+        assert f"{flags.get(c['name'], '--host')}=$(POD_IP)" in c["args"], (c["name"], c["args"])
+        assert not any("0.0.0.0" in str(a) for a in c["args"]), c["name"]
+
+
+def _policy(docs: list[dict[str, Any]], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    (policy,) = [
+        d
+        for d in docs
+        if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == name
+    ]
+    (binding,) = [
+        d
+        for d in docs
+        if d["kind"] == "ValidatingAdmissionPolicyBinding" and d["spec"]["policyName"] == name
+    ]
+    return policy, binding
+
+
+@needs_helm
+@pytest.mark.parametrize("local", [False, True])
+def test_pilotfish_accounts_may_not_make_pods_in_system_namespaces(local: bool) -> None:
+    docs = render(*(("local.enabled=true", "local.caBundle=Zm9v") if local else ()))
+    policy, binding = _policy(docs, "pilotfish-system-namespaces")
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    (selector,) = spec["matchConstraints"]["namespaceSelector"]["matchExpressions"]
+    assert (selector["key"], selector["operator"]) == ("kubernetes.io/metadata.name", "In")
+    assert set(selector["values"]) == {
+        "kube-system",
+        "kube-public",
+        "kube-node-lease",
+        names.SYSTEM_NAMESPACE,
+    }
+    (who,) = spec["matchConditions"]
+    for sa in (*names.COMPONENT_ACCOUNTS.values(), names.SA_SCHEDULER):
+        assert f'"system:serviceaccount:{names.SYSTEM_NAMESPACE}:{sa}"' in who["expression"]
+    covered = {
+        (group, resource)
+        for rule in spec["matchConstraints"]["resourceRules"]
+        if {"CREATE", "UPDATE"} <= set(rule["operations"])
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert POD_MAKERS | {("", "pods/ephemeralcontainers")} <= covered
+    # Whatever pod-making write RBAC grants any Pilotfish account is refused there.
+    for filename in ("rbac-operator.yaml", "rbac-extender.yaml", "rbac-webhooks.yaml"):
+        for rules in rbac_rules(filename).values():
+            for group, resource, verb in grants(rules):
+                if verb in {"create", "update", "patch"} and (group, resource) in POD_MAKERS:
+                    assert (group, resource) in covered, (filename, group, resource)
+    (check,) = spec["validations"]
+    assert check["reason"] == "Forbidden"
+    for part in ("request.userInfo.username", "request.namespace", "request.operation"):
+        assert part in check["messageExpression"]
+    assert "may not create or change pods" in check["message"]

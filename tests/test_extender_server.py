@@ -8,6 +8,7 @@ snapshot behind the server is built from the same builders as the decision tests
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -18,10 +19,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
+from pilotfish import httpserver
 from pilotfish.extender import decide, server, wire
 from pilotfish.extender.snapshot import Snapshot
 from pilotfish.extender.wire import MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY, clamp_score
-from tests.servers import free_port, wait_listening
+from tests.servers import (
+    client_tls,
+    dev_pki,
+    free_port,
+    seconds_until_closed,
+    server_tls,
+    serving,
+    wait_listening,
+)
 from tests.test_extender_builders import node, pod, snapshot
 
 Client = TestClient[web.Request, web.Application]
@@ -185,7 +195,29 @@ async def test_preempt_passes_meta_victims_through_and_drops_empty_nodes(client:
 GARBAGE: list[tuple[str, bytes | str, str]] = [
     ("filter", b"", "empty"),
     ("filter", b"{not json", "not valid JSON"),
-    ("filter", b"\xff\xfe", "not valid JSON"),
+    ("filter", b"\xff\xfe", "not UTF-8"),
+    ("filter", b"[" * 100 + b"]" * 100, "nests arrays and objects 100 levels deep"),
+    ("filter", b'{"Pod": {}, "NodeNames": [1e999]}', "number 1e999 overflows"),
+    (
+        "filter",
+        json.dumps({"Pod": {"metadata": {"labels": []}}, "NodeNames": NODES}),
+        "Pod.metadata.labels: must be an object, got array",
+    ),
+    (
+        "prioritize",
+        json.dumps(
+            {
+                "Pod": {"spec": {"containers": [{"resources": {"requests": {"cpu": "lots"}}}]}},
+                "NodeNames": NODES,
+            }
+        ),
+        "Pod.spec.containers[0].resources.requests.cpu: must be a quantity",
+    ),
+    (
+        "preempt",
+        json.dumps({"Pod": {"spec": {"priority": "high"}}, "NodeNameToMetaVictims": {}}),
+        "Pod.spec.priority: must be an integer, got string 'high'",
+    ),
     ("filter", "[]", "request body must be a JSON object"),
     ("filter", json.dumps({"NodeNames": NODES}), "Pod is missing"),
     ("filter", json.dumps({"Pod": POD, "Nodes": None, "NodeNames": None}), "NodeNames is missing"),
@@ -277,6 +309,63 @@ async def test_serve_answers_until_cancelled() -> None:
             await task
     with pytest.raises(OSError):
         await asyncio.open_connection("127.0.0.1", port)
+
+
+async def test_only_a_client_signed_by_the_client_ca_is_served(tmp_path: Path) -> None:
+    """kube-scheduler presents its own certificate (the extender's tlsConfig); nobody else
+    gets to filter, score or record an assumed placement."""
+    certs = dev_pki(tmp_path)
+    tls = server.Tls(str(certs.cert("extender")), str(certs.key("extender")), str(certs.ca_cert))
+    health = free_port()
+
+    async def start(port: int) -> None:
+        await server.serve_snapshot("127.0.0.1", port, cluster(), tls=tls, health_port=health)
+
+    async with serving(start, health) as port:
+        url = f"https://127.0.0.1:{port}/prioritize"
+        body = {"Pod": POD, "NodeNames": NODES}
+        connector = aiohttp.TCPConnector(ssl=client_tls(certs, "kube-scheduler"))
+        async with (
+            aiohttp.ClientSession(connector=connector) as session,
+            session.post(url, json=body) as resp,
+        ):
+            assert resp.status == 200
+            assert [h["Host"] for h in await resp.json()] == NODES
+        before = requests_total("prioritize", "ok")
+        for context in (client_tls(certs, None), client_tls(dev_pki(tmp_path / "other"))):
+            context.load_verify_locations(cafile=str(certs.ca_cert))
+            connector = aiohttp.TCPConnector(ssl=context)
+            async with aiohttp.ClientSession(connector=connector) as session:
+                with pytest.raises(aiohttp.ClientError):
+                    async with session.post(url, json=body) as resp:
+                        await resp.read()
+        assert requests_total("prioritize", "ok") == before  # never reached the handler
+        # Probes and scrapes use the plain health port, which serves no verb.
+        async with aiohttp.ClientSession() as session:
+            for path in ("/healthz", "/readyz", "/metrics"):
+                async with session.get(f"http://127.0.0.1:{health}{path}") as resp:
+                    assert resp.status == 200, path
+            async with session.post(f"http://127.0.0.1:{health}/prioritize", json=body) as resp:
+                assert resp.status == 404
+
+
+async def test_a_half_sent_request_is_closed(tmp_path: Path) -> None:
+    certs = dev_pki(tmp_path)
+    app = server.make_app(server.Extender(cluster()))
+
+    async def start(port: int) -> None:
+        await httpserver.run_until_cancelled(
+            app,
+            "127.0.0.1",
+            port,
+            name="extender",
+            ssl_context=server_tls(certs, "extender"),
+            header_timeout=0.5,
+        )
+
+    async with serving(start) as port:
+        sent = b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Le"
+        assert await seconds_until_closed(port, sent, client_tls(certs), limit=5) < 3
 
 
 # --- the snapshot behind the verbs ------------------------------------------------------

@@ -370,9 +370,24 @@ def test_a_forged_record_on_an_ungated_pod_is_removed() -> None:
     assert after["metadata"]["annotations"] == {"x": "y"}
 
 
-def test_a_pod_naming_its_node_is_not_gated_and_is_told_why() -> None:
+def test_a_tenant_pod_naming_its_node_is_refused_before_any_gate() -> None:
     obj = pod({"app": "web"}, nodeName="kwok-zone-a-0")
-    decision = pods.mutate(request(obj), view(policy("p")), NOW)
+    for decision in (
+        pods.mutate(request(obj), view(policy("p")), NOW),
+        pods.validate(request(obj), view(policy("p"))),
+    ):
+        assert not decision.allowed
+        assert decision.message.startswith(
+            "spec.nodeName 'kwok-zone-a-0' may not be set when a pod is created in namespace "
+            "team-a: a pod that names its node is bound at once, skipping the scheduler, the "
+            "Pilotfish extender, its GatePolicy gates and quota placement"
+        )
+
+
+def test_a_system_pod_naming_its_node_is_not_gated_and_is_told_why() -> None:
+    obj = pod({"app": "web"}, nodeName="kwok-zone-a-0")
+    gate_view = view(policy("p", "kube-system"))
+    decision = pods.mutate(request(obj, "kube-system"), gate_view, NOW)
     assert decision.patch == ()
     assert decision.warnings == (
         "not gated: the pod sets spec.nodeName, so the gates of GatePolicy p cannot hold it back",

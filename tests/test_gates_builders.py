@@ -1,9 +1,11 @@
 """Small builders of gated pods and the objects their gates wait on, for the gate tests.
 
 Pods are built as raw dicts, the way the API server sends them, and parsed with the
-controller's own `pod_view`, so every decision test also exercises the parsing. The tests
-at the bottom pin the builders themselves: a builder that silently built something else
-would make every test that uses it meaningless.
+controller's own `pod_view`, so every decision test also exercises the parsing. GatePolicies
+too (`gate_policy`, parsed with `terms.policy_gates`); a `world` given no policies gets the
+honest ones, which declare exactly what its pods' records say. The tests at the bottom pin
+the builders themselves: a builder that silently built something else would make every test
+that uses it meaningless.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import datetime
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
+
+import pytest
 
 from pilotfish import gates, names, timeutil
 from pilotfish.gates import GateRecord, OnExpiry, PodGates
@@ -27,6 +31,7 @@ from pilotfish.operators.gates.model import (
     quota_view,
 )
 from pilotfish.operators.gates.pacing import Bucket
+from pilotfish.operators.gates.terms import PolicyGates, policy_gates, verified, wire
 
 NOW = datetime.datetime(2030, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
 NS = "team-a"
@@ -53,6 +58,7 @@ def rec(
     initial: int = 10,
     maximum: int = 600,
     owner: str = OWNER,
+    policy: str = "policy",
 ) -> GateRecord:
     """One gate's record; `deadline` in seconds from NOW (default: `timeout` from NOW)."""
     condition: dict[str, Any] = {"type": kind}
@@ -63,7 +69,7 @@ def rec(
     if kind == "Image" and min_nodes is not None:
         condition["minNodes"] = min_nodes
     return GateRecord(
-        policy="policy",
+        policy=policy,
         generation=1,
         condition=condition,
         timeout_seconds=timeout,
@@ -179,6 +185,42 @@ def signal(name: str, ready: str = "True", ns: str = NS) -> SignalView:
     return SignalView(ns, name, ready, resource_version="42", transition_time=ts(-5))
 
 
+def gate_policy(
+    name: str, gates_: Mapping[str, Mapping[str, Any]], ns: str = NS, generation: int = 1
+) -> dict[str, Any]:
+    """A raw GatePolicy declaring `gates_` (short names get the Pilotfish prefix) -> condition."""
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": "GatePolicy",
+        "metadata": {"name": name, "namespace": ns, "generation": generation},
+        "spec": {
+            "selector": {},
+            "gates": [
+                {"name": gate(g), "condition": dict(c), "timeoutSeconds": 600}
+                for g, c in gates_.items()
+            ],
+        },
+    }
+
+
+def honest_policies(pods: Iterable[PodView]) -> dict[tuple[str, str], PolicyGates]:
+    """The GatePolicies that put the pods' records there: each declares exactly the recorded
+    conditions. Two records of one policy's gate with different conditions are a mistake
+    in the test (no policy declares both), so they raise."""
+    declared: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for p in pods:
+        for g, r in p.record.items():
+            if r.policy == gates.QUOTA_POLICY:
+                continue
+            mine = declared.setdefault((p.namespace, r.policy), {})
+            cond = wire(r.condition)
+            if mine.setdefault(g, cond) != cond:
+                raise AssertionError(f"policy {r.policy}: {g} recorded as {mine[g]} and {cond}")
+    return {
+        key: policy_gates(gate_policy(key[1], conds, ns=key[0])) for key, conds in declared.items()
+    }
+
+
 def world(
     pods: Iterable[PodView],
     *,
@@ -189,9 +231,17 @@ def world(
     buckets: Mapping[str, Bucket] | None = None,
     usage: Mapping[tuple[str, str, str], Any] | None = None,
     namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+    policies: Iterable[dict[str, Any]] | None = None,
 ) -> World:
+    """`policies`: raw GatePolicies; None: the honest ones (`honest_policies`)."""
+    pods = list(pods)
+    index = (
+        honest_policies(pods)
+        if policies is None
+        else {(v.namespace, v.name): v for v in map(policy_gates, policies)}
+    )
     return World(
-        pods=list(pods),
+        pods=pods,
         usage=dict(usage or {}),
         namespace_labels=dict(namespace_labels or {}),
         signals=None if signals is None else {(s.namespace, s.name): s for s in signals},
@@ -199,6 +249,7 @@ def world(
         nodes=list(nodes),
         pacing=dict(pacing or {}),
         buckets=dict(buckets or {}),
+        policies=index,
     )
 
 
@@ -227,7 +278,11 @@ def test_pod_builder_round_trips_through_the_controllers_parser() -> None:
         "example.com/other",
     )
     assert v.pilotfish_gates == v.scheduling_gates[:3]
-    assert v.managed("gates.pilotfish.io/data") and not v.managed("gates.pilotfish.io/stray")
+    assert not v.managed("gates.pilotfish.io/data"), "nothing is managed before verification"
+    checked = verified(v, honest_policies([v]))
+    assert checked.managed("gates.pilotfish.io/data")
+    assert not checked.managed("gates.pilotfish.io/stray")
+    assert checked.terms["gates.pilotfish.io/quota"] == {"type": "Quota"}
     assert v.priority == 7 and v.created == at(-30) and v.band == "production"
     assert v.gang == "g1" and v.labels[names.LABEL_TEAM] == "payments"
     assert str(v.requests["cpu"]) == "1/2" and v.requests["memory"] == 2**30
@@ -236,7 +291,21 @@ def test_pod_builder_round_trips_through_the_controllers_parser() -> None:
 
 def test_record_owned_by_someone_else_is_not_managed() -> None:
     v = view("p", {"data": rec(owner="someone-else")})
-    assert not v.managed("gates.pilotfish.io/data")
+    checked = verified(v, honest_policies([v]))
+    assert not checked.managed("gates.pilotfish.io/data")
+    assert checked.untrusted == {}, "another owner's gate is theirs, not a forgery"
+
+
+def test_honest_policies_declare_what_the_records_say() -> None:
+    pods = [view("a", {"data": rec(), "gang": rec("Gang", size=3)}), view("b", {"data": rec()})]
+    [(key, policy)] = honest_policies(pods).items()
+    assert key == (NS, "policy")
+    assert policy.conditions == {
+        "gates.pilotfish.io/data": {"type": "GateSignal", "signalName": "data"},
+        "gates.pilotfish.io/gang": {"type": "Gang", "size": 3},
+    }
+    with pytest.raises(AssertionError, match="recorded as"):
+        honest_policies([*pods, view("c", {"data": rec(signal="other")})])
 
 
 def test_team_quota_builder_maps_bands() -> None:

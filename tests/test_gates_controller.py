@@ -32,9 +32,10 @@ from pilotfish.operators.gates.controller import (
     usage_projection,
 )
 from pilotfish.operators.gates.model import ANNOTATION_RELEASED
-from tests.test_gates_builders import NOW, at, pod, rec
+from tests.test_gates_builders import NOW, at, gate_policy, pod, rec
 
 DATA = "gates.pilotfish.io/data"
+HONEST = {"data": {"type": "GateSignal", "signalName": "data"}, "quota": {"type": "Quota"}}
 
 
 def _unescape(seg: str) -> str:
@@ -177,6 +178,8 @@ def controller(api: FakeApi, clock: Clock, tmp_path: Path) -> GateController:
     c.namespaces.store["team-a"] = {
         "metadata": {"name": "team-a", "resourceVersion": "1", "labels": {names.LABEL_TEAM: "t"}}
     }
+    # The GatePolicy that gave the tests' pods their gates (`rec()` names it).
+    c.policies.store["team-a/policy"] = gate_policy("policy", HONEST)
     return c
 
 

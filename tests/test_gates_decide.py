@@ -201,8 +201,10 @@ def test_order_then_age() -> None:
 
 
 def gang_pod(name: str, ready: bool = True, size: int = 3, **kw: Any) -> PodView:
-    sig = "data" if ready else "not-yet"
-    return view(name, {"data": rec(signal=sig), "gang": rec("Gang", size=size)}, gang="g", **kw)
+    """A gang member; one not ready waits on another signal, so another policy gated it."""
+    sig, policy = ("data", "policy") if ready else ("not-yet", "policy-not-yet")
+    gated = {"data": rec(signal=sig, policy=policy), "gang": rec("Gang", size=size, policy=policy)}
+    return view(name, gated, gang="g", **kw)
 
 
 @pytest.mark.parametrize(

@@ -98,7 +98,50 @@ def test_contradicting_priority_class_is_refused() -> None:
     assert "contradicts the pod's band 'batch'" in (decision.message or "")
 
 
-def test_a_pod_outside_any_band_is_left_alone() -> None:
+def test_a_pod_naming_no_band_is_batch_and_charged_to_its_team() -> None:
+    pod = mutated(request(None), team("96"))
+    assert pod["metadata"]["labels"]["pilotfish.io/band"] == "batch"
+    assert pod["metadata"]["labels"]["pilotfish.io/team"] == "payments"
+    assert pod["spec"]["priorityClassName"] == "pilotfish-batch"
+    assert scheduling_gates(pod) == [QUOTA_GATE], "over its batch quota: it waits"
+    within = mutated(request(None, cpu="1"), team("96"))
+    verdict = pods.quota_verdict({**request(None), "object": within}, team("96"), NOW)
+    assert isinstance(verdict, pods.Reserve) and verdict.band == "batch"
+
+
+def test_a_pod_naming_no_band_in_a_team_without_batch_quota_is_refused() -> None:
+    snapshot = team()
+    tq = copy.deepcopy(dict(snapshot.quotas[0]))
+    del tq["spec"]["bands"]["batch"]
+    only_production = TeamSnapshot(snapshot.namespace_labels, (tq,))
+    req = {**request(None), "object": mutated(request(None), only_production)}
+    verdict = pods.quota_verdict(req, only_production, NOW)
+    assert isinstance(verdict, Decision) and not verdict.allowed
+    assert "team payments has no batch quota" in verdict.message
+
+
+def test_a_production_class_without_a_band_label_is_charged_to_production() -> None:
+    req = request(None, priorityClassName="pilotfish-production")
+    pod = mutated(req, team("96"))
+    assert pod["metadata"]["labels"]["pilotfish.io/band"] == "production"
+    verdict = pods.quota_verdict({**req, "object": pod}, team("96"), NOW)
+    assert isinstance(verdict, Decision) and not verdict.allowed
+    assert verdict.message == "team payments, production cpu: 96 of 100 used, pod asks 8"
+
+
+def test_a_band_granted_without_limits_admits_without_a_reservation() -> None:
+    tq = {
+        "metadata": {"name": "payments", "resourceVersion": "1"},
+        "spec": {"team": "payments", "bands": {"production": {}}},
+    }
+    snapshot = TeamSnapshot({"shop": {"pilotfish.io/team": "payments"}}, (tq,))
+    req = request("production", cpu="1000")
+    verdict = pods.quota_verdict({**req, "object": mutated(req, snapshot)}, snapshot, NOW)
+    assert verdict == Decision.allow()
+
+
+def test_without_a_team_view_bands_and_quota_are_not_judged() -> None:
     req = request(None)
-    assert pods.mutate(req, GateView(), NOW, team()).patch in (None, [], ())
-    assert pods.quota_verdict(req, team(), NOW) == Decision.allow()
+    assert pods.mutate(req, GateView(), NOW).patch == ()
+    assert pods.validate(req, GateView()).allowed
+    assert pods.quota_verdict(req, None, NOW) == Decision.allow()

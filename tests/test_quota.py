@@ -102,7 +102,8 @@ def test_band_limits_and_band_of_a_pod() -> None:
         ("cpu", Fraction(1, 2), "500m"),
         ("cpu", Fraction(96), "96"),
         ("memory", Fraction(4 * 2**30), "4Gi"),
-        ("memory", Fraction(3 * 2**29), "1.5Gi"),
+        ("memory", Fraction(3 * 2**29), "1536Mi"),
+        ("memory", Fraction(1500 * 10**6), "1500000000"),
         ("pods", Fraction(7), "7"),
     ],
 )

@@ -43,7 +43,7 @@ def test_within_quota_admits_and_reserves() -> None:
         "pod": "shop/p",
         "uid": "u1",
         "band": "production",
-        "resources": {"cpu": 8, "pods": 1},
+        "resources": {"cpu": "8", "pods": 1},
         "time": "2026-01-01T00:00:00Z",
     }
 
@@ -68,6 +68,23 @@ def test_no_quota_for_the_band_means_no_running_in_it() -> None:
 def test_pods_outside_teams_or_bands_are_not_governed() -> None:
     assert decide(pod("1"), {}, "production", [], NOW) == Admit(None, None)
     assert decide(pod("1"), TEAM_NS, None, [], NOW) == Admit(None, None)
+
+
+def test_the_team_charged_is_the_namespace_s_whatever_the_pod_label_says() -> None:
+    forged = pod("8")
+    forged["metadata"]["labels"] = {"pilotfish.io/team": "search"}
+    search = {**tq(used="0"), "metadata": {"name": "search"}, "spec": {"team": "search"}}
+    out = decide(forged, TEAM_NS, "production", [tq(used="96"), search], NOW)
+    assert out == Refuse("team payments, production cpu: 96 of 100 used, pod asks 8")
+    assert decide(forged, {}, "production", [search], NOW) == Admit(None, None)
+
+
+def test_a_band_without_limits_admits_and_reserves_nothing() -> None:
+    unlimited = {
+        "metadata": {"name": "payments"},
+        "spec": {"team": "payments", "bands": {"batch": {}}},
+    }
+    assert decide(pod("1000"), TEAM_NS, "batch", [unlimited], NOW) == Admit("payments", None)
 
 
 @given(

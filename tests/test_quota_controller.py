@@ -7,7 +7,7 @@ from fractions import Fraction
 from typing import Any
 
 from pilotfish.operators.quota import RESERVATION_TTL_SECONDS, desired_status, next_expiry
-from pilotfish.quota import band_resources, quantity_string
+from pilotfish.quota import band_resources
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
 
@@ -54,7 +54,7 @@ def test_used_counts_running_pods_per_band() -> None:
         NOW,
     )
     assert status["used"] == {
-        "batch": {"cpu": 1, "pods": 1},
+        "batch": {"cpu": "1", "pods": 1},
         "production": {"cpu": "2500m", "pods": 2},
     }
     assert status["observedGeneration"] == 3
@@ -65,8 +65,8 @@ def test_reservation_of_a_counted_pod_is_dropped_in_the_same_write() -> None:
         tq(reservation("a", "2", 1), reservation("x", "1", 1)), [pod("a", "2")], NOW
     )
     assert [r["uid"] for r in status["reservations"]] == ["x"]
-    assert status["reserved"] == {"production": {"cpu": 1, "pods": 1}}
-    assert status["used"]["production"]["cpu"] == 2
+    assert status["reserved"] == {"production": {"cpu": "1", "pods": 1}}
+    assert status["used"]["production"]["cpu"] == "2"
 
 
 def test_reservation_of_a_pod_never_created_is_returned_after_the_ttl() -> None:
@@ -77,14 +77,26 @@ def test_reservation_of_a_pod_never_created_is_returned_after_the_ttl() -> None:
     assert next_expiry({"status": status}, NOW) == RESERVATION_TTL_SECONDS - 5
 
 
-def test_quantities_are_exact_in_status() -> None:
-    assert quantity_string(Fraction(3, 2)) == "1500m"
-    assert quantity_string(Fraction(4)) == 4
+def test_quantities_are_exact_canonical_strings_in_status() -> None:
     assert band_resources(
         {
-            "cpu": Fraction(1, 3),
+            "cpu": Fraction(3, 2),
             "example.com/fpga": Fraction(2),
             "gpus": Fraction(1),
-            "memory": Fraction(0),
+            "memory": Fraction(3 * 2**29),
+            "pods": Fraction(0),
         }
-    ) == {"cpu": "333333333n", "gpus": 1, "extended": {"example.com/fpga": 2}}
+    ) == {"cpu": "1500m", "memory": "1536Mi", "gpus": 1, "extended": {"example.com/fpga": "2"}}
+    # Below the nano-unit the API server rounds up; so does Pilotfish.
+    assert band_resources({"cpu": Fraction(1, 3)}) == {"cpu": "333333334n"}
+
+
+def test_absurd_usage_is_written_saturated_and_never_as_a_json_number() -> None:
+    beyond = Fraction(10) ** 400  # what a sum of bombs could reach without saturation
+    written = band_resources({"cpu": beyond, "memory": beyond, "gpus": beyond, "pods": beyond})
+    assert written == {
+        "cpu": "9223372036854775808",
+        "memory": "8Ei",
+        "gpus": 2**63 - 1,
+        "pods": 2**63 - 1,
+    }

@@ -37,10 +37,10 @@ from pilotfish.operators.serviceworkload.sync import (
     drain_patch,
     format_time,
     parse_time,
-    pod_body,
     pod_state,
     slim_pod,
 )
+from pilotfish.podtemplate import pod_body
 from pilotfish.workloads import ANNOTATION_DRAIN, ANNOTATION_DRAINED, LABEL_REVISION, LABEL_WORKLOAD
 
 NOW = 1_700_000_000.0

@@ -8,7 +8,6 @@ cannot get the wire format wrong.
 import asyncio
 import base64
 import json
-import ssl
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,12 +20,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
+from pilotfish import httpserver
 from pilotfish.devcluster import pki
 from pilotfish.webhooks import server
 from pilotfish.webhooks.admission import Decision, build_response, encode_patch, parse_review
 from pilotfish.webhooks.gatecache import StaticViews
 from pilotfish.webhooks.gateview import GateView
-from tests.servers import free_port, wait_listening
+from tests.servers import (
+    client_tls,
+    dev_pki,
+    free_port,
+    seconds_until_closed,
+    server_tls,
+    serving,
+)
 
 Client = TestClient[web.Request, web.Application]
 
@@ -52,8 +59,9 @@ def review(uid: str = "705ab4f5-6393-11e8-b7cc-42010a800002", operation: str = "
             "namespace": "team-a",
             "operation": operation,
             "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
-            "object": POD,
-            "oldObject": None,
+            # As the API server sends them: no old object on CREATE, no object on DELETE.
+            "object": None if operation == "DELETE" else POD,
+            "oldObject": None if operation == "CREATE" else POD,
             "dryRun": False,
             "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
         },
@@ -208,12 +216,18 @@ GARBAGE: list[tuple[bytes | str, str]] = [
     (b"", "empty"),
     (b"<xml/>", "not valid JSON"),
     ("[]", "must be a JSON object"),
-    (_envelope(apiVersion="admission.k8s.io/v1beta1"), "apiVersion must be"),
-    (_envelope(kind="Pod"), "kind must be"),
-    (_envelope(request=None), "request is missing"),
-    (_envelope(request_uid=""), "request.uid is missing"),
-    (_envelope(request_uid=7), "request.uid is missing"),
-    (_envelope(request_operation="PATCH"), "request.operation must be one of"),
+    (
+        _envelope(apiVersion="admission.k8s.io/v1beta1"),
+        "apiVersion: must be 'admission.k8s.io/v1', got string 'admission.k8s.io/v1beta1'",
+    ),
+    (_envelope(kind="Pod"), "kind: must be 'AdmissionReview', got string 'Pod'"),
+    (_envelope(request=None), "request: must be an object, got null"),
+    (_envelope(request_uid=""), "request.uid: String should have at least 1 character"),
+    (_envelope(request_uid=7), "request.uid: must be a string, got integer 7"),
+    (_envelope(request_operation="PATCH"), "request.operation: must be 'CREATE', 'UPDATE'"),
+    (_envelope(request_dryRun="no"), "request.dryRun: must be a boolean, got string 'no'"),
+    ("[" * 65 + "]" * 65, "nests arrays and objects 65 levels deep; at most 64"),
+    ('{"apiVersion": NaN}', "NaN is not a JSON number"),
 ]
 
 
@@ -228,6 +242,38 @@ async def test_not_an_admission_review_gets_400(
     assert resp.status == 400
     assert message in await resp.text()
     assert reviews_total("/mutate/pods", "unknown", "invalid") == before + 1
+
+
+# A sound envelope around a Pod Pilotfish cannot read: a denial naming the field, which the
+# API server shows verbatim (a 400 would read as "failed calling webhook").
+MALFORMED_PODS: list[tuple[dict[str, Any], str]] = [
+    (
+        {**POD, "metadata": {"labels": {"app": 7}}},
+        "request.object.metadata.labels.app: must be a string, got integer 7",
+    ),
+    (
+        {"spec": {"containers": [{"resources": {"requests": []}}]}},
+        "request.object.spec.containers[0].resources.requests: must be an object, got array",
+    ),
+]
+
+
+@pytest.mark.parametrize(("pod", "message"), MALFORMED_PODS)
+@pytest.mark.parametrize("path", ["/mutate/pods", "/validate/pods"])
+async def test_a_malformed_pod_is_denied_naming_the_field(
+    client: Client, path: str, pod: dict[str, Any], message: str
+) -> None:
+    before = reviews_total(path, "unknown", "invalid")
+    resp = await client.post(
+        path, data=_envelope(request_object=pod), headers={"Content-Type": "application/json"}
+    )
+    assert resp.status == 200
+    answer = (await resp.json())["response"]
+    assert answer["uid"] == review()["request"]["uid"]
+    assert answer["allowed"] is False
+    assert answer["status"]["code"] == 400
+    assert message in answer["status"]["message"]
+    assert reviews_total(path, "unknown", "invalid") == before + 1
 
 
 def test_parse_review_returns_the_request() -> None:
@@ -247,30 +293,134 @@ async def test_healthz_and_metrics(client: Client) -> None:
     assert "pilotfish_webhooks_review_duration_seconds_bucket" in text
 
 
-async def test_serve_over_https_with_a_throwaway_ca(tmp_path: Path) -> None:
-    certs = pki.ensure(tmp_path)
-    ca_file, cert_file, key_file = certs.ca_cert, certs.cert("webhooks"), certs.key("webhooks")
-    port = free_port()
+async def test_serve_over_mutual_tls_with_the_dev_pki(tmp_path: Path) -> None:
+    certs = dev_pki(tmp_path)
     # A fixed, empty GatePolicy view: no API server behind this server.
     views = StaticViews(GateView())
-    task = asyncio.create_task(
-        server.serve("127.0.0.1", port, str(cert_file), str(key_file), views=views)
-    )
-    try:
-        await wait_listening(task, port)
-        trusting = ssl.create_default_context(cafile=str(ca_file))
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=trusting)) as session:
-            base = f"https://127.0.0.1:{port}"
+
+    async def start(port: int) -> None:
+        await server.serve(
+            "127.0.0.1",
+            port,
+            str(certs.cert("webhooks")),
+            str(certs.key("webhooks")),
+            client_ca=str(certs.ca_cert),
+            views=views,
+        )
+
+    async with serving(start) as port:
+        base = f"https://127.0.0.1:{port}"
+        # The API server's webhook client certificate is served.
+        connector = aiohttp.TCPConnector(ssl=client_tls(certs, "webhook-client"))
+        async with aiohttp.ClientSession(connector=connector) as session:
             async with session.get(f"{base}/healthz") as resp:
                 assert resp.status == 200
             async with session.post(f"{base}/mutate/pods", json=review(uid="tls-1")) as resp:
                 assert resp.status == 200
                 assert (await resp.json())["response"] == {"uid": "tls-1", "allowed": True}
-        # The same server is not trusted without the CA: it really presents that certificate.
+        # Without a client certificate, or with one from another CA, or with a serving
+        # certificate of the right CA (no clientAuth usage): refused in the handshake,
+        # so no review, dry run or not, is ever read.
+        stranger = pki.ensure(tmp_path / "other")
+        refused = [
+            client_tls(certs, None),
+            client_tls(stranger, "webhook-client"),
+            client_tls(certs, "webhooks"),
+        ]
+        refused[1].load_verify_locations(cafile=str(certs.ca_cert))
+        for context in refused:
+            connector = aiohttp.TCPConnector(ssl=context)
+            async with aiohttp.ClientSession(connector=connector) as session:
+                with pytest.raises(aiohttp.ClientError):
+                    async with session.post(f"{base}/validate/pods", json=review()) as resp:
+                        await resp.read()
+        # The server really presents its certificate: not trusted without the CA.
         async with aiohttp.ClientSession() as session:
             with pytest.raises(aiohttp.ClientConnectorCertificateError):
-                await session.get(f"https://127.0.0.1:{port}/healthz")
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+                await session.get(f"{base}/healthz")
+
+
+async def test_health_port_answers_probes_without_a_certificate(tmp_path: Path) -> None:
+    certs = dev_pki(tmp_path)
+    health = free_port()
+
+    async def start(port: int) -> None:
+        await server.serve(
+            "127.0.0.1",
+            port,
+            str(certs.cert("webhooks")),
+            str(certs.key("webhooks")),
+            client_ca=str(certs.ca_cert),
+            health_port=health,
+            views=StaticViews(GateView()),
+        )
+
+    async with serving(start, health), aiohttp.ClientSession() as session:
+        for path in ("/healthz", "/readyz", "/metrics"):
+            async with session.get(f"http://127.0.0.1:{health}{path}") as resp:
+                assert resp.status == 200, path
+        # Only probes: no review is served on the plain port.
+        async with session.post(f"http://127.0.0.1:{health}/validate/pods", json=review()) as resp:
+            assert resp.status == 404
+
+
+async def test_half_sent_requests_are_closed_after_the_head_deadline(tmp_path: Path) -> None:
+    certs = dev_pki(tmp_path)
+    app = server.make_app()
+
+    async def start(port: int) -> None:
+        await httpserver.run_until_cancelled(
+            app,
+            "127.0.0.1",
+            port,
+            name="webhooks",
+            ssl_context=server_tls(certs, "webhooks"),
+            header_timeout=0.5,
+        )
+
+    async with serving(start) as port:
+        context = client_tls(certs)
+        head = b"POST /validate/pods HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        for sent in (b"", b"POS", head):
+            assert await seconds_until_closed(port, sent, context, limit=5) < 3, sent
+        # A whole request on the same kind of connection is answered, not cut off.
+        body = json.dumps(review()).encode()
+        whole = head + b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+        writer.write(whole)
+        assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+        writer.close()
+
+
+async def test_a_slow_body_gets_408_and_the_connection_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(httpserver, "BODY_TIMEOUT", 0.5)
+    certs = dev_pki(tmp_path)
+    app = server.make_app()
+
+    async def start(port: int) -> None:
+        await httpserver.run_until_cancelled(
+            app, "127.0.0.1", port, name="webhooks", ssl_context=server_tls(certs, "webhooks")
+        )
+
+    async with serving(start) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_tls(certs))
+        writer.write(
+            b"POST /validate/pods HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000\r\n\r\n{"
+        )
+        async with asyncio.timeout(5):
+            assert (await reader.readline()).startswith(b"HTTP/1.1 408")
+            while await reader.read(65536):
+                pass  # then the server hangs up
+        writer.close()
+
+
+async def test_an_oversized_body_gets_413(client: Client) -> None:
+    resp = await client.post(
+        "/validate/pods",
+        data=b"x" * (server.MAX_BODY_BYTES + 1),
+        headers={"Content-Type": "application/json"},
+    )
+    assert resp.status == 413

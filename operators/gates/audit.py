@@ -6,6 +6,12 @@ resourceVersion, and which controller instance did it. A line is written only on
 it records has succeeded, and flushed at once: a process killed with SIGKILL loses no line
 that it had written (the page cache outlives the process). The same record also goes to the
 structured stderr log, for clusters that collect logs rather than files.
+
+Every field of a line is the controller's own observation: what it removed, when, on the
+evidence it evaluated, in its own words. Nothing is copied from a pod's annotations, so no
+one who can write a pod can put text or a time into the audit log. A release that committed
+but whose process died before its line was written is audited by the next process when it
+sees the result (`unaudited_releases`), at the time it sees it, saying so.
 """
 
 from __future__ import annotations
@@ -13,8 +19,11 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any, Final, Literal
+
+from pilotfish.operators.gates.model import OWNER, PodView
 
 log = logging.getLogger("pilotfish.gates.audit")
 
@@ -76,6 +85,33 @@ class AuditLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def unaudited_releases(
+    pods: Iterable[PodView], audited: set[tuple[str, str]], actor_prefix: str
+) -> list[tuple[PodView, str]]:
+    """(pod, gate) of each release the controller committed without auditing it.
+
+    The controller marks every gate it removes in `gates.pilotfish.io/released`, in the
+    same write that removes it, and only the operator may write that annotation
+    (`pilotfish.podmeta`). The mark only says *which* releases to look for: a gate counts
+    when it is gone from the pod, was one of ours in the record, is marked by this
+    controller, and has no `released` line yet. What the line says is not taken from it.
+    """
+    out: list[tuple[PodView, str]] = []
+    for p in pods:
+        for g, entry in sorted(p.released_log.items()):
+            rec = p.record.get(g)
+            if (
+                g in p.scheduling_gates
+                or (p.uid, g) in audited
+                or rec is None
+                or rec.owner != OWNER
+                or not entry.get("actor", "").startswith(actor_prefix)
+            ):
+                continue
+            out.append((p, g))
+    return out
 
 
 def released_keys(path: Path) -> set[tuple[str, str]]:

@@ -4,7 +4,7 @@ Observe: shared informers (never per-pod kopf handlers, see ARCHITECTURE section
 - pods labelled `gates.pilotfish.io/gated=true`, full objects: what is decided about;
 - every live pod, reduced on arrival to (team, band, requests, holds quota): quota usage;
 - namespaces (team label), nodes (Ready, images), GateSignals, TeamQuotas, GatePolicies
-  (pacing only), each reduced to what a condition reads.
+  (pacing, and the terms of every gate: `terms`), each reduced to what a condition reads.
 Everything is rebuilt by listing on start; nothing but the pacing buckets lives only here.
 
 Decide: one round is `decide.decide(world, now)` over all gated pods at once. A single work
@@ -54,11 +54,12 @@ from pilotfish.kube.rest import (
     Rest,
 )
 from pilotfish.kube.workqueue import WorkQueue
-from pilotfish.operators.gates import audit
+from pilotfish.operators.gates import audit, terms
 from pilotfish.operators.gates.audit import AuditLog
 from pilotfish.operators.gates.decide import (
     Action,
     Expire,
+    Flag,
     RemoveGate,
     SetCondition,
     UpdateRecord,
@@ -90,6 +91,7 @@ REASON_RELEASED: Final = "GateReleased"
 REASON_EXPIRED: Final = "GateExpired"
 REASON_RETRY: Final = "GateRetry"
 REASON_REVIEW: Final = "GateReview"
+REASON_UNTRUSTED: Final = terms.REASON_UNTRUSTED
 
 
 ROUND: Final = "round"
@@ -274,6 +276,7 @@ class GateController:
         self.buckets: dict[str, Bucket] = {}
         self._assumed: dict[str, _Assumed] = {}
         self._views: dict[str, tuple[Obj, PodView]] = {}
+        self._policy_terms: dict[str, tuple[Obj, terms.PolicyGates]] = {}
         self._gauge_labels: dict[str, set[tuple[str, ...]]] = {}
         self.rounds = 0
         self._wire()
@@ -303,7 +306,7 @@ class GateController:
         self.nodes.add_handler(self._when_changed(lambda o: o.get("view")))
         self.signals.add_handler(self._when_changed(signal_view))
         self.quotas.add_handler(self._when_changed(lambda o: o.get("spec")))
-        self.policies.add_handler(self._when_changed(lambda o: (o.get("spec") or {}).get("pacing")))
+        self.policies.add_handler(self._when_changed(lambda o: o.get("spec")))
 
     def _when_changed(self, part: Callable[[Obj], Any]) -> Callable[[str, Obj, Obj | None], None]:
         """A handler that starts a round only when the part a decision reads changed (node
@@ -362,6 +365,21 @@ class GateController:
         self._views[key] = (obj, view)
         return view
 
+    def _policies(self) -> dict[tuple[str, str], terms.PolicyGates]:
+        """Every GatePolicy's gates, parsed once per version (identity, as `_view`)."""
+        out: dict[tuple[str, str], terms.PolicyGates] = {}
+        seen: dict[str, tuple[Obj, terms.PolicyGates]] = {}
+        for key, obj in self.policies.store.items():
+            cached = self._policy_terms.get(key)
+            if cached is not None and cached[0] is obj:
+                parsed = cached[1]
+            else:
+                parsed = terms.policy_gates(obj)
+            seen[key] = (obj, parsed)
+            out[(parsed.namespace, parsed.name)] = parsed
+        self._policy_terms = seen
+        return out
+
     def world(self) -> World:
         signals: dict[tuple[str, str], SignalView] | None = None
         if self.signals.synced.is_set():
@@ -380,6 +398,7 @@ class GateController:
             nodes=nodes,
             pacing=namespace_pacing(list(self.policies.store.values())),
             buckets=dict(self.buckets),
+            policies=self._policies(),
         )
 
     # decide and act
@@ -467,7 +486,8 @@ class GateController:
             for e in retries:
                 await self._expired(pod, e, rv, now, REASON_RETRY, "Warning")
             reviews = [a for a in acts if isinstance(a, Expire) and a.action == "Review"]
-            if reviews:
+            flags = [a for a in acts if isinstance(a, Flag)]
+            if reviews or flags:
                 if not pod.review_flagged:
                     ops = [
                         {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
@@ -481,6 +501,16 @@ class GateController:
                     rv = self._written(pod.key, resp, rv)
                 for e in reviews:
                     await self._expired(pod, e, rv, now, REASON_REVIEW, "Warning")
+                for f in flags:
+                    note = (
+                        f"{f.gate} is held: its record does not match its GatePolicy ({f.why}); "
+                        f"it is not released on the record's terms; flagged for review "
+                        f"({gates.LABEL_REVIEW}=required): release or cancel it with "
+                        "`kubectl pilotfish gates`"
+                    )
+                    await self.events.emit(
+                        _pod_ref(pod, rv), REASON_UNTRUSTED, note, action="Hold", type_="Warning"
+                    )
             for c in (a for a in acts if isinstance(a, SetCondition)):
                 body = {
                     "metadata": {"resourceVersion": rv},
@@ -516,29 +546,27 @@ class GateController:
 
     def _complete_audit(self, world: World, now: datetime.datetime) -> None:
         """Audit the releases that committed without their line (the process died between
-        the write and the audit): the pods say which gates the controller released. Needs
-        the audit file, read once per process; without one there is nothing to complete."""
+        the write and the audit), as this process sees them now. Needs the audit file, read
+        once per process; without one there is nothing to complete."""
         if self.audit.path is None:
             return
         if self._audited is None:
             self._audited = audit.released_keys(self.audit.path)
-        for p in world.pods:
-            for g, entry in p.released_log.items():
-                if g in p.scheduling_gates or (p.uid, g) in self._audited:
-                    continue
-                self.audit.record(
-                    ts=parse_ts(entry.get("at")) or now,
-                    namespace=p.namespace,
-                    name=p.name,
-                    uid=p.uid,
-                    gate=g,
-                    decision="released",
-                    evidence=f"{entry.get('evidence', '')} (audited by {self.actor} after a "
-                    f"restart: the release had committed, its line had not been written)",
-                    resource_version=p.resource_version,
-                    decided_from=entry.get("decidedFrom", ""),
-                )
-                self._audited.add((p.uid, g))
+        prefix = f"{names.SA_OPERATOR}/{CONTROLLER}/"
+        for p, g in audit.unaudited_releases(world.pods, self._audited, prefix):
+            self.audit.record(
+                ts=now,
+                namespace=p.namespace,
+                name=p.name,
+                uid=p.uid,
+                gate=g,
+                decision="released",
+                evidence=f"{g} was released by this controller, whose process stopped before "
+                f"writing the line: audited by {self.actor} after a restart, when it saw the "
+                "pod without the gate and with the controller's release mark",
+                resource_version=p.resource_version,
+            )
+            self._audited.add((p.uid, g))
 
     def _written(self, key: str, resp: Obj, fallback_rv: str) -> str:
         rv = str((resp.get("metadata") or {}).get("resourceVersion") or "")

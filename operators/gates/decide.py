@@ -6,6 +6,9 @@ the view was stale, and the next round decides again from a fresher one.
 
 The rules, in the order a round applies them:
 
+0. Each gate's terms are re-derived from its GatePolicy (`terms`): only a gate whose record
+   its policy (or the quota rule) confirms is evaluated, on the policy's condition; a gate
+   whose record does not match is held and its pod flagged, whatever the record says.
 1. Each gate whose condition is local to the pod (GateSignal, Image) is evaluated alone.
    A satisfied one is removed at once when the pod keeps another Pilotfish gate (the pod
    still cannot reach the scheduler, so nothing is paced).
@@ -41,7 +44,7 @@ from typing import Final
 from pilotfish import gates, names, timeutil
 from pilotfish import quota as q
 from pilotfish.gates import GateRecord, OnExpiry, PodGates
-from pilotfish.operators.gates import conditions
+from pilotfish.operators.gates import conditions, terms
 from pilotfish.operators.gates.conditions import GangMember, Verdict
 from pilotfish.operators.gates.model import (
     NodeView,
@@ -51,6 +54,7 @@ from pilotfish.operators.gates.model import (
     SignalView,
 )
 from pilotfish.operators.gates.pacing import Bucket, bucket_for, in_flight_allows
+from pilotfish.operators.gates.terms import REASON_UNTRUSTED, PolicyGates
 from pilotfish.quota import Resources
 
 INDEPENDENT: Final = frozenset({"GateSignal", "Image"})
@@ -107,7 +111,17 @@ class UpdateRecord:
     gates: tuple[str, ...]
 
 
-Action = RemoveGate | SetCondition | Expire | UpdateRecord
+@dataclass(frozen=True)
+class Flag:
+    """`gate`'s record does not match its GatePolicy: the gate is held; a person decides
+    (review label and a Warning Event, once per pod until its condition says so)."""
+
+    pod: PodView
+    gate: str
+    why: str
+
+
+Action = RemoveGate | SetCondition | Expire | UpdateRecord | Flag
 
 
 # --- input and output --------------------------------------------------------------------
@@ -126,6 +140,8 @@ class World:
     nodes: Sequence[NodeView] = ()
     pacing: Mapping[str, Pacing] = field(default_factory=dict)
     buckets: Mapping[str, Bucket] = field(default_factory=dict)
+    # Every GatePolicy, by (namespace, name): where each gate's terms come from (`terms`).
+    policies: Mapping[tuple[str, str], PolicyGates] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -148,6 +164,15 @@ def team_of(pod: PodView, namespace_labels: Mapping[str, Mapping[str, str]]) -> 
     )
 
 
+def untrusted_message(p: PodView, held: Sequence[str]) -> str:
+    parts = [f"{g} ({p.untrusted[g]})" for g in held]
+    return (
+        f"held, record does not match its GatePolicy: {'; '.join(parts)}; nothing releases "
+        "it on the record's terms: release or cancel it with `kubectl pilotfish gates` "
+        f"(label {gates.LABEL_REVIEW}=required)"
+    )
+
+
 def retry_backoff(rec: GateRecord) -> int:
     """Seconds added to the deadline by the next Retry: initial * 2**attempts, capped."""
     return int(min(rec.initial_backoff_seconds * 2**rec.attempts, rec.max_backoff_seconds))
@@ -159,8 +184,8 @@ def retried(rec: GateRecord, now: datetime.datetime) -> GateRecord:
 
 
 def kind(pod: PodView, gate: str) -> str:
-    rec = pod.record.get(gate)
-    return str(rec.condition.get("type") or "") if rec else ""
+    """The condition type of a gate the controller manages (its policy's, not the record's)."""
+    return str((pod.terms.get(gate) or {}).get("type") or "")
 
 
 @dataclass(frozen=True)
@@ -202,7 +227,10 @@ class _Round:
     def __init__(self, world: World, now: datetime.datetime) -> None:
         self.w = world
         self.now = now
-        self.alive = sorted((p for p in world.pods if p.alive), key=lambda p: p.key)
+        self.alive = sorted(
+            (terms.verified(p, world.policies) for p in world.pods if p.alive),
+            key=lambda p: p.key,
+        )
         self.team = {p.key: team_of(p, world.namespace_labels) for p in self.alive}
         self.usage = self._usage()
         self.in_flight_ns: Counter[str] = Counter()
@@ -244,6 +272,13 @@ class _Round:
     def _evaluate(self, p: PodView) -> dict[str, Verdict]:
         out: dict[str, Verdict] = {}
         for g in p.pilotfish_gates:
+            if g in p.untrusted:
+                out[g] = Verdict(
+                    False,
+                    f"{g} is held: its record cannot be trusted ({p.untrusted[g]})",
+                    "record does not match its GatePolicy",
+                )
+                continue
             if not p.managed(g):
                 rec = p.record.get(g)
                 why = p.record_error or (
@@ -257,7 +292,7 @@ class _Round:
                     "not managed by the gate controller",
                 )
                 continue
-            cond = p.record[g].condition
+            cond = p.terms[g]
             k = kind(p, g)
             if k == "GateSignal":
                 out[g] = conditions.gate_signal(p.namespace, cond, self.w.signals)
@@ -286,8 +321,9 @@ class _Round:
         return groups
 
     def _gang_size(self, members: list[PodView]) -> int | None:
+        # From each member's GatePolicy, never from the pod: no pod makes itself a gang of one.
         sizes = [
-            int(m.record[g].condition.get("size") or 0)
+            int(m.terms[g].get("size") or 0)
             for m in members
             for g in m.pilotfish_gates
             if kind(m, g) == "Gang" and m.managed(g)
@@ -540,6 +576,9 @@ class _Round:
             if not p.node_name and s and s.status == "False" and s.reason == "Unschedulable":
                 return ("True", gates.STATE_UNSCHEDULABLE, s.message or "no node fits")
             return ("True", gates.STATE_READY, base)
+        held = [g for g in remaining if g in p.untrusted]
+        if held:
+            return ("False", REASON_UNTRUSTED, untrusted_message(p, held))
         review = [
             g
             for g in remaining
@@ -573,6 +612,17 @@ class _Round:
                 brief = "waiting"
             parts.append(f"{g} ({brief})")
         return ("False", gates.STATE_GATED, "waiting for " + "; ".join(parts))
+
+    def _flag(self, p: PodView) -> None:
+        """Flag a pod holding an untrusted gate, until its condition shows it was."""
+        held = [g for g in p.pilotfish_gates if g in p.untrusted]
+        if not held or p.key in self.failing:
+            return
+        shown = p.state is not None and p.state.reason == REASON_UNTRUSTED
+        if p.review_flagged and shown:
+            return
+        for g in held:
+            self.actions.append(Flag(p, g, p.untrusted[g]))
 
     def _conditions(self) -> None:
         for p in self.alive:
@@ -612,6 +662,7 @@ class _Round:
                     if g not in self.removed.get(p.key, {})
                 ]
                 self.waiting[p.key] = "; ".join(unmet)
+            self._flag(p)
         self._conditions()
         future = [t for t in self.wake if t > self.now]
         return Decision(

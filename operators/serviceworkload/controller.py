@@ -66,12 +66,11 @@ from pilotfish.operators.serviceworkload.sync import (
     is_ours,
     owner_key,
     parse_time,
-    pod_body,
-    pod_name,
     pod_state,
     random_suffix,
     slim_pod,
 )
+from pilotfish.podtemplate import pod_body, pod_name
 from pilotfish.workloads import DRAIN_TIMEOUT_SECONDS, LABEL_WORKLOAD, PROPAGATION_SECONDS
 
 log = logging.getLogger("pilotfish.serviceworkload")

@@ -22,8 +22,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from pilotfish.kube.rest import Resource
-from pilotfish.operators.serviceworkload.revisions import controlled_by, owner_reference
+from pilotfish.operators.serviceworkload.revisions import controlled_by
 from pilotfish.operators.serviceworkload.rolling import Budget
+from pilotfish.podtemplate import owner_reference
 from pilotfish.workloads import LABEL_WORKLOAD
 
 PDBS: Final = Resource("policy", "v1", "poddisruptionbudgets")

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pilotfish.kube.rest import Resource
+from pilotfish.podtemplate import owner_reference
 from pilotfish.workloads import LABEL_REVISION, LABEL_WORKLOAD
 
 CONTROLLER_REVISIONS: Final = Resource("apps", "v1", "controllerrevisions")
@@ -148,18 +149,6 @@ def next_revision(
     if same.number < newest or sum(1 for r in revisions if r.number == newest) > 1:
         return ActivateRevision(same, newest + 1)
     return None
-
-
-def owner_reference(sw: Mapping[str, Any]) -> dict[str, Any]:
-    meta = sw["metadata"]
-    return {
-        "apiVersion": sw.get("apiVersion", "pilotfish.io/v1alpha1"),
-        "kind": sw.get("kind", "ServiceWorkload"),
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
 
 
 def revision_body(

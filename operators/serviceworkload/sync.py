@@ -18,11 +18,10 @@ import random
 from collections.abc import Mapping
 from typing import Any, Final
 
-from pilotfish import names
-from pilotfish.operators.serviceworkload.revisions import controlled_by, owner_reference
+from pilotfish.operators.serviceworkload.revisions import controlled_by
 from pilotfish.operators.serviceworkload.rolling import PodState
 from pilotfish.timeutil import parse_time_or_none
-from pilotfish.workloads import ANNOTATION_DRAIN, ANNOTATION_DRAINED, LABEL_REVISION, LABEL_WORKLOAD
+from pilotfish.workloads import ANNOTATION_DRAIN, ANNOTATION_DRAINED, LABEL_REVISION
 
 Obj = dict[str, Any]
 
@@ -47,10 +46,6 @@ def random_suffix(rng: random.Random) -> str:
     return "".join(rng.choice(SUFFIX_ALPHABET) for _ in range(SUFFIX_LENGTH))
 
 
-def pod_name(workload: str, hash_: str, suffix: str) -> str:
-    return f"{workload}-{hash_}-{suffix}"
-
-
 def owner_key(pod: Mapping[str, Any]) -> str | None:
     """`namespace/name` of the ServiceWorkload controlling the pod, if one does."""
     meta = pod.get("metadata") or {}
@@ -58,34 +53,6 @@ def owner_key(pod: Mapping[str, Any]) -> str | None:
         if ref.get("controller") and ref.get("kind") == KIND:
             return f"{meta.get('namespace')}/{ref.get('name')}"
     return None
-
-
-def pod_body(sw: Mapping[str, Any], template: Mapping[str, Any], hash_: str, name: str) -> Obj:
-    """A pod of `template` (the revision's, not necessarily the current spec's)."""
-    meta = sw["metadata"]
-    spec = sw.get("spec") or {}
-    tmeta = template.get("metadata") or {}
-    labels = {
-        **(tmeta.get("labels") or {}),
-        LABEL_WORKLOAD: meta["name"],
-        LABEL_REVISION: hash_,
-        names.LABEL_TEAM: spec.get("team", ""),
-        names.LABEL_BAND: spec.get("band", "production"),
-    }
-    pod_meta: Obj = {
-        "name": name,
-        "namespace": meta["namespace"],
-        "labels": labels,
-        "ownerReferences": [owner_reference(sw)],
-    }
-    if tmeta.get("annotations"):
-        pod_meta["annotations"] = dict(tmeta["annotations"])
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": pod_meta,
-        "spec": dict(template.get("spec") or {}),
-    }
 
 
 def _ready_since(pod: Mapping[str, Any], created: float) -> float | None:

@@ -31,6 +31,7 @@ from pydantic.alias_generators import to_camel, to_snake
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
+from pilotfish import quantity
 from pilotfish.names import GROUP
 
 # Patterns the API server itself uses for the same kinds of values, so that a value Python
@@ -42,11 +43,9 @@ _NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
 QUALIFIED_NAME_PATTERN = rf"^({_SUBDOMAIN}/)?{_NAME}$"
 PREFIXED_NAME_PATTERN = rf"^{_SUBDOMAIN}/{_NAME}$"
 NAME_PREFIX_PATTERN = rf"^{_SUBDOMAIN}/$"
-# resource.Quantity without the leading minus: no Pilotfish amount is ever negative.
-QUANTITY_PATTERN = (
-    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
+# resource.Quantity as the API server parses it, without a leading minus (no Pilotfish
+# amount is negative); see `pilotfish.quantity`, which reads every string it matches.
+QUANTITY_PATTERN = quantity.PATTERN
 PERCENT_PATTERN = r"^[0-9]+%$"
 IANA_SVC_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
@@ -222,12 +221,18 @@ def int_or_string(expected: str) -> Discriminator:
     )
 
 
-# resource.Quantity, never negative: an integer or a string such as "500m" or "4Gi".
+# resource.Quantity, never negative: an integer or a string such as "500m" or "4Gi". Amounts
+# beyond any sane bound (quantity.MAX) match too: the TeamQuota webhook refuses them by name.
 Quantity = Annotated[
     Annotated[Annotated[int, Field(ge=0)], Tag("int")]
-    | Annotated[Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN)], Tag("string")],
+    | Annotated[
+        Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN, max_length=quantity.MAX_LENGTH)],
+        Tag("string"),
+    ],
     int_or_string("an integer or a quantity string such as 500m or 4Gi"),
-    WithJsonSchema(int_or_string_schema(pattern=QUANTITY_PATTERN, minimum=0)),
+    WithJsonSchema(
+        int_or_string_schema(pattern=QUANTITY_PATTERN, minimum=0, maxLength=quantity.MAX_LENGTH)
+    ),
 ]
 
 # An int-or-string that is a non-negative count or a percentage, as in a Deployment's strategy.

@@ -35,7 +35,7 @@ from pilotfish.timeutil import parse_time_or_none as _time
 from pilotfish.timeutil import utcnow
 
 # What a manual release leaves on the pod: JSON {gate, by, reason, at} of the latest one.
-ANNOTATION_MANUAL_RELEASE: Final = "gates.pilotfish.io/manual-release"
+ANNOTATION_MANUAL_RELEASE: Final = gates.ANNOTATION_MANUAL_RELEASE
 # Event reasons (events.k8s.io/v1) of the manual path.
 REASON_MANUALLY_RELEASED: Final = "GateManuallyReleased"
 REASON_CANCELLED: Final = "GateCancelled"

@@ -16,7 +16,7 @@ from pilotfish import log, ports
 from pilotfish.devcluster import cluster
 from pilotfish.devcluster.binaries import MissingBinaries
 from pilotfish.devcluster.components import Layout
-from pilotfish.devcluster.supervisor import ComponentError
+from pilotfish.devcluster.supervisor import ComponentError, Supervisor
 
 
 def _dev(args: argparse.Namespace) -> int:
@@ -43,7 +43,10 @@ def _dev(args: argparse.Namespace) -> int:
         elif args.dev_cmd == "env":
             for line in cluster.env_lines(state):
                 print(line)
-    except (ComponentError, MissingBinaries, TimeoutError, RuntimeError) as e:
+        elif args.dev_cmd == "supervise":
+            command = args.command[1:] if args.command[:1] == ["--"] else args.command
+            return Supervisor(Layout(state), args.name, command).run()
+    except (ComponentError, MissingBinaries, TimeoutError, RuntimeError, ValueError) as e:
         print(f"pilotfish dev {args.dev_cmd}: {e}", file=sys.stderr)
         return 1
     return 0
@@ -52,7 +55,16 @@ def _dev(args: argparse.Namespace) -> int:
 def _extender(args: argparse.Namespace) -> int:
     from pilotfish.extender import server
 
-    asyncio.run(server.serve(args.host, args.port, args.kubeconfig))
+    if (args.cert is None) != (args.key is None):
+        print("pilotfish extender: --cert and --key go together", file=sys.stderr)
+        return 2
+    if args.client_ca and args.cert is None:
+        print("pilotfish extender: --client-ca needs --cert and --key (TLS)", file=sys.stderr)
+        return 2
+    tls = server.Tls(args.cert, args.key, args.client_ca) if args.cert else None
+    asyncio.run(
+        server.serve(args.host, args.port, args.kubeconfig, tls=tls, health_port=args.health_port)
+    )
     return 0
 
 
@@ -67,6 +79,9 @@ def _webhooks(args: argparse.Namespace) -> int:
             args.key,
             args.kubeconfig,
             scheduler_name=args.scheduler_name or None,
+            foreign_schedulers=args.foreign_schedulers,
+            client_ca=args.client_ca,
+            health_port=args.health_port,
         )
     )
     return 0
@@ -85,6 +100,7 @@ def _operator(args: argparse.Namespace) -> int:
             args.metrics_port,
             controllers=controllers if controllers is not None else tuple(runner.CONTROLLERS),
             audit_log=args.audit_log,
+            identity=args.identity,
         )
     )
 
@@ -94,6 +110,11 @@ def _demo(args: argparse.Namespace) -> int:
 
     state = Path(args.state) if args.state else cluster.default_state_dir()
     return demo.run(state, nodes=args.nodes)
+
+
+# Listeners bind to loopback unless told otherwise: the chart passes the pod IP.
+LOOPBACK = "127.0.0.1"
+HOST_HELP = "address to listen on (default 127.0.0.1; in a cluster, the pod IP)"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -112,29 +133,69 @@ def parser() -> argparse.ArgumentParser:
     downp.add_argument("--purge", action="store_true", help="also delete the state directory")
     dsub.add_parser("status", help="components, pids, health (exit 1 unless all healthy)")
     dsub.add_parser("env", help="print the export KUBECONFIG=... line")
+    supp = dsub.add_parser(
+        "supervise",
+        help="run a command, restarting it with backoff whenever it exits (as a kubelet would)",
+    )
+    supp.add_argument("--name", required=True, help="component name (its pid file in the state)")
+    supp.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     dev.set_defaults(func=_dev)
 
-    ext = sub.add_parser("extender", help="the kube-scheduler extender (HTTP)")
-    ext.add_argument("--host", default="0.0.0.0")
+    ext = sub.add_parser("extender", help="the kube-scheduler extender (HTTPS)")
+    ext.add_argument("--host", default=LOOPBACK, help=HOST_HELP)
     ext.add_argument("--port", type=int, default=ports.EXTENDER)
     ext.add_argument("--kubeconfig")
+    ext.add_argument("--cert", help="serving certificate (PEM); without it, plain HTTP")
+    ext.add_argument("--key", help="its private key (PEM)")
+    ext.add_argument(
+        "--client-ca",
+        help="CA bundle (PEM) that signs kube-scheduler's client certificate; callers "
+        "without one are refused in the TLS handshake (unset: any caller is served)",
+    )
+    ext.add_argument(
+        "--health-port",
+        type=int,
+        help="also serve /healthz, /readyz and /metrics over plain HTTP on this port",
+    )
     ext.set_defaults(func=_extender)
 
     wh = sub.add_parser("webhooks", help="the admission webhooks (HTTPS)")
-    wh.add_argument("--host", default="0.0.0.0")
+    wh.add_argument("--host", default=LOOPBACK, help=HOST_HELP)
     wh.add_argument("--port", type=int, default=ports.WEBHOOKS)
     wh.add_argument("--cert", required=True)
     wh.add_argument("--key", required=True)
     wh.add_argument("--kubeconfig")
     wh.add_argument(
+        "--client-ca",
+        help="CA bundle (PEM) that signs the API server's webhook client certificate; "
+        "callers without one are refused in the TLS handshake (unset: any caller is served)",
+    )
+    wh.add_argument(
+        "--health-port",
+        type=int,
+        help="also serve /healthz, /readyz and /metrics over plain HTTP on this port",
+    )
+    wh.add_argument(
         "--scheduler-name",
         help="schedulerName given to band pods that use the default scheduler (unset: keep it)",
+    )
+    wh.add_argument(
+        "--foreign-schedulers",
+        choices=("refuse", "rewrite"),
+        default="refuse",
+        help="tenant pods naming a scheduler other than default-scheduler or "
+        "pilotfish-scheduler: refuse them (default) or rewrite them to pilotfish-scheduler",
     )
     wh.set_defaults(func=_webhooks)
 
     op = sub.add_parser("operator", help="the controllers, leader-elected")
     op.add_argument("--kubeconfig")
-    op.add_argument("--metrics-host", default="0.0.0.0")
+    op.add_argument("--metrics-host", default=LOOPBACK, help=HOST_HELP)
+    op.add_argument(
+        "--identity",
+        help="leader-election identity (default: $POD_NAME, else host and pid); a restart "
+        "under the same identity resumes its own lease without waiting it out",
+    )
     op.add_argument("--metrics-port", type=int, default=ports.OPERATOR_METRICS)
     op.add_argument(
         "--controllers",

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -72,11 +73,20 @@ def load_spec(layout: Layout) -> ClusterSpec | None:
     return ClusterSpec(**{k: v for k, v in data.items() if k in fields})
 
 
+def _probe(url: str, pk: pki.Pki) -> Health:
+    """Health of a host process that requires client certificates: present the probe's."""
+    return Health(
+        url, ca=pk.ca_cert, client_cert=pk.cert("local-probe"), client_key=pk.key("local-probe")
+    )
+
+
 def host_processes(layout: Layout, p: Ports) -> list[Component]:
-    """Pilotfish's own parts as host processes, each with its chart ServiceAccount's token."""
+    """Pilotfish's own parts as host processes, each with its chart ServiceAccount's token,
+    each under `pilotfish dev supervise` so that it is restarted whenever it exits, and each
+    listening on loopback only."""
     py = sys.executable
     pk = layout.pki
-    return [
+    parts = [
         Component(
             "pilotfish-extender",
             (
@@ -90,8 +100,14 @@ def host_processes(layout: Layout, p: Ports) -> list[Component]:
                 str(p.extender),
                 "--kubeconfig",
                 str(layout.kubeconfig("extender")),
+                "--cert",
+                str(pk.cert("extender")),
+                "--key",
+                str(pk.key("extender")),
+                "--client-ca",
+                str(pk.ca_cert),
             ),
-            Health(f"http://127.0.0.1:{p.extender}/healthz"),
+            _probe(f"https://127.0.0.1:{p.extender}/healthz", pk),
             p.extender,
         ),
         Component(
@@ -109,12 +125,14 @@ def host_processes(layout: Layout, p: Ports) -> list[Component]:
                 str(pk.cert("webhooks")),
                 "--key",
                 str(pk.key("webhooks")),
+                "--client-ca",
+                str(pk.ca_cert),
                 "--kubeconfig",
                 str(layout.kubeconfig("webhooks")),
                 "--scheduler-name",
                 names.SCHEDULER_NAME,
             ),
-            Health(f"https://127.0.0.1:{p.webhooks}/healthz", ca=pk.ca_cert),
+            _probe(f"https://127.0.0.1:{p.webhooks}/healthz", pk),
             p.webhooks,
         ),
         Component(
@@ -124,8 +142,13 @@ def host_processes(layout: Layout, p: Ports) -> list[Component]:
                 "-m",
                 "pilotfish.cli.main",
                 "operator",
+                "--metrics-host",
+                "127.0.0.1",
                 "--metrics-port",
                 str(p.operator_metrics),
+                # Stable across restarts: a restarted operator resumes its own lease.
+                "--identity",
+                f"{socket.gethostname()}-local",
                 "--kubeconfig",
                 str(layout.kubeconfig("operator")),
                 "--audit-log",
@@ -134,6 +157,9 @@ def host_processes(layout: Layout, p: Ports) -> list[Component]:
             Health(f"http://127.0.0.1:{p.operator_metrics}/healthz"),
             p.operator_metrics,
         ),
+    ]
+    return [
+        dataclasses.replace(c, argv=supervisor.supervised(layout, c.name, c.argv)) for c in parts
     ]
 
 
@@ -173,6 +199,8 @@ def _write_configs(layout: Layout, spec: ClusterSpec, bins: Path) -> None:
         yaml.safe_dump_all(components.kwok_config(binaries.kwok_stage_dir(bins), p))
     )
     (layout.config / "audit-policy.yaml").write_text(yaml.safe_dump(components.AUDIT_POLICY))
+    layout.admission_config.write_text(yaml.safe_dump(components.admission_config(layout)))
+    layout.webhook_kubeconfig.write_text(yaml.safe_dump(components.webhook_kubeconfig(layout, p)))
     layout.cluster_file.write_text(json.dumps(dataclasses.asdict(spec), indent=2) + "\n")
 
 
@@ -356,6 +384,9 @@ def status(state: Path) -> dict[str, Any]:
             "healthy": bool(proc) and supervisor.healthy(c.health),
             "log": str(layout.log(c.name)),
         }
+        if c.name in HOST_PROCESSES:  # the supervised child, restarted when it exits
+            current = supervisor.child(layout, c.name)
+            out["components"][c.name]["childPid"] = current.pid if current else None
     out["up"] = all(v["healthy"] for v in out["components"].values())
     if out["components"].get("kube-apiserver", {}).get("healthy"):
         out["readyNodes"] = len(ready_nodes(api_client(layout)))

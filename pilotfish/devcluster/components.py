@@ -86,6 +86,14 @@ class Layout:
     def kubeconfig(self, identity: str) -> Path:
         return self.root / "kubeconfigs" / f"{identity}.yaml"
 
+    @property
+    def admission_config(self) -> Path:
+        return self.config / "admission.yaml"
+
+    @property
+    def webhook_kubeconfig(self) -> Path:
+        return self.config / "webhook-client.kubeconfig"
+
     def log(self, component: str) -> Path:
         return self.logs / f"{component}.log"
 
@@ -136,11 +144,22 @@ def advertise_address() -> str | None:
 GPU_EXTENDER: dict[str, Any] = {
     "filterVerb": "filter",
     "nodeCacheCapable": True,
-    "enableHTTPS": False,
+    "enableHTTPS": True,
     "httpTimeout": "5s",
     "ignorable": False,
     "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": True}],
 }
+
+
+def extender_tls(layout: Layout) -> dict[str, Any]:
+    """The extender's tlsConfig: verify its serving certificate against the local CA and
+    present kube-scheduler's own client certificate, the one the extender requires."""
+    pki = layout.pki
+    return {
+        "caFile": str(pki.ca_cert),
+        "certFile": str(pki.cert("kube-scheduler")),
+        "keyFile": str(pki.key("kube-scheduler")),
+    }
 
 
 def scheduler_config(layout: Layout, p: Ports) -> dict[str, Any]:
@@ -148,8 +167,10 @@ def scheduler_config(layout: Layout, p: Ports) -> dict[str, Any]:
 
     `ignorable: true`: when the extender is down, kube-scheduler keeps placing pods with its
     own plugins instead of stalling every pod in the cluster; priorities still keep batch from
-    preempting production.
+    preempting production. The extender is called over HTTPS with a client certificate.
     """
+    url = f"https://127.0.0.1:{p.extender}"
+    tls = extender_tls(layout)
     return {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
@@ -165,17 +186,59 @@ def scheduler_config(layout: Layout, p: Ports) -> dict[str, Any]:
         ],
         "extenders": [
             {
-                "urlPrefix": f"http://127.0.0.1:{p.extender}",
+                "urlPrefix": url,
                 "filterVerb": "filter",
                 "prioritizeVerb": "prioritize",
                 "preemptVerb": "preempt",
                 "weight": 5,
                 "nodeCacheCapable": True,
-                "enableHTTPS": False,
+                "enableHTTPS": True,
+                "tlsConfig": tls,
                 "httpTimeout": "5s",
                 "ignorable": True,
             },
-            GPU_EXTENDER | {"urlPrefix": f"http://127.0.0.1:{p.extender}"},
+            GPU_EXTENDER | {"urlPrefix": url, "tlsConfig": tls},
+        ],
+    }
+
+
+def webhook_kubeconfig(layout: Layout, p: Ports) -> dict[str, Any]:
+    """Credentials kube-apiserver presents to webhooks, by the webhook's host:port.
+
+    For a webhook called by URL the API server looks the user up by the URL's host:port,
+    so only the local webhooks get the certificate.
+    """
+    pki = layout.pki
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "users": [
+            {
+                "name": f"127.0.0.1:{p.webhooks}",
+                "user": {
+                    "client-certificate": str(pki.cert("webhook-client")),
+                    "client-key": str(pki.key("webhook-client")),
+                },
+            }
+        ],
+    }
+
+
+def admission_config(layout: Layout) -> dict[str, Any]:
+    """AdmissionConfiguration pointing both webhook plugins at `webhook_kubeconfig`."""
+    return {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "AdmissionConfiguration",
+        "plugins": [
+            {
+                "name": plugin,
+                "configuration": {
+                    "apiVersion": "apiserver.config.k8s.io/v1",
+                    "kind": "WebhookAdmissionConfiguration",
+                    "kubeConfigFile": str(layout.webhook_kubeconfig),
+                },
+            }
+            for plugin in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")
         ],
     }
 
@@ -258,6 +321,7 @@ def control_plane(layout: Layout, p: Ports, bin_dir: Path) -> list[Component]:
             "--allow-privileged=true",
             "--endpoint-reconciler-type=none",
             f"--audit-policy-file={cfg / 'audit-policy.yaml'}",
+            f"--admission-control-config-file={layout.admission_config}",
             f"--audit-log-path={layout.logs / 'audit.log'}",
             "--audit-log-maxsize=200",
             "--audit-log-maxbackup=2",

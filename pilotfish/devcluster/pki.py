@@ -1,15 +1,22 @@
 """The local control plane's PKI: one CA, serving certs, client certs, the SA signing key.
 
 Made once per state directory and reused by `dev up`, so a restarted cluster keeps its
-kubeconfigs valid. Client identities are the ones RBAC already knows (system:masters for the
-admin, system:kube-scheduler, system:kube-controller-manager), so each built-in component
-runs with its own least-privilege bindings rather than as cluster admin.
+kubeconfigs valid (a state directory from before a certificate existed gets it on the next
+`up`). Client identities are the ones RBAC already knows (system:masters for the admin,
+system:kube-scheduler, system:kube-controller-manager), so each built-in component runs with
+its own least-privilege bindings rather than as cluster admin.
+
+The webhooks and the extender require client certificates signed by this CA: kube-apiserver
+presents `webhook-client` (through its AdmissionConfiguration), kube-scheduler presents its
+own `kube-scheduler` certificate (the extender's tlsConfig), and health checks, tests and
+benchmarks on the host present `local-probe` (`client_context`).
 """
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +39,13 @@ CLIENTS: dict[str, tuple[str, str | None]] = {
     "kube-scheduler": ("system:kube-scheduler", None),
     "kube-controller-manager": ("system:kube-controller-manager", None),
     "kwok": ("pilotfish-kwok", "system:masters"),
+    # kube-apiserver calling the admission webhooks; no API server group: it is not a user.
+    "webhook-client": ("kube-apiserver-webhook-client", None),
+    # Health checks, tests and benchmarks calling the webhooks and the extender.
+    "local-probe": ("pilotfish-local-probe", None),
 }
+# Serving certificates of Pilotfish's host processes, called on loopback.
+LOOPBACK_SERVERS = ("webhooks", "extender")
 
 
 @dataclass(frozen=True)
@@ -62,6 +75,14 @@ class Pki:
 
     def key(self, name: str) -> Path:
         return self.root / f"{name}.key"
+
+
+def client_context(pki: Pki, identity: str = "local-probe") -> ssl.SSLContext:
+    """TLS client context that trusts this CA and presents `identity`'s certificate: what
+    anything on the host needs to call the local webhooks or extender."""
+    context = ssl.create_default_context(cafile=str(pki.ca_cert))
+    context.load_cert_chain(str(pki.cert(identity)), str(pki.key(identity)))
+    return context
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
@@ -180,12 +201,13 @@ def ensure(root: Path, extra_server_ips: tuple[str, ...] = ()) -> Pki:
         server_ips=("127.0.0.1", "10.96.0.1", *extra_server_ips),
     )
     # Webhooks and the extender are called on loopback by the API server and kube-scheduler.
-    issue(
-        "webhooks",
-        _name("pilotfish-webhooks"),
-        server_names=("localhost",),
-        server_ips=("127.0.0.1",),
-    )
+    for stem in LOOPBACK_SERVERS:
+        issue(
+            stem,
+            _name(f"pilotfish-{stem}"),
+            server_names=("localhost",),
+            server_ips=("127.0.0.1",),
+        )
     for stem, (cn, org) in CLIENTS.items():
         issue(stem, _name(cn, org), client=True)
     if not pki.sa_key.exists():

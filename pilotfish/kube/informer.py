@@ -125,37 +125,69 @@ class Informer:
                 self._emit("SYNC", obj, obj)
 
     async def run(self) -> None:
-        """List, then watch forever; relist on 410 Gone, back off on other errors."""
+        """List, then watch forever; relist on 410 Gone, back off on every other failure.
+
+        Never ends but by cancellation: an API outage, a restart of the API server, an error
+        answer or a bug in a transform only costs a backoff (and, after an unexpected error,
+        a relist, as the store may be half-updated), so the view catches up within
+        `BACKOFF_MAX` of the API's return.
+        """
         resync = asyncio.create_task(self._resync_loop()) if self.resync_seconds else None
-        backoff = 0.2
+        failures = 0
         need_list = True
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 try:
                     if need_list:
                         await self.relist()
                         need_list = False
+                        failures = 0
                     path = self.resource.path(self.namespace)
+                    started, events = loop.time(), 0
                     async for event in self.rest.watch(
                         path, self.resource_version, self.params, self.watch_timeout_seconds
                     ):
                         self._apply(event)
-                    backoff = 0.2
+                        events += 1
+                        failures = 0
+                    if events or loop.time() - started >= MIN_QUIET_WATCH:
+                        continue  # the server's watch timeout: resume at once
+                    self._warn("watch ended at once", "no events")
                 except ApiError as e:
                     if e.gone:
                         need_list = True
                         continue
-                    log.warning(
-                        "watch failed", extra={"resource": self.resource.plural, "error": str(e)}
-                    )
-                    await asyncio.sleep(backoff * (1 + random.random()))
-                    backoff = min(backoff * 2, 30.0)
+                    self._warn("watch failed", str(e))
                 except (OSError, TimeoutError, ValueError, aiohttp.ClientError) as e:
-                    log.warning(
-                        "watch broke", extra={"resource": self.resource.plural, "error": str(e)}
+                    self._warn("watch broke", f"{type(e).__name__}: {e}")
+                except Exception:
+                    log.exception(
+                        "informer failed; relisting", extra={"resource": self.resource.plural}
                     )
-                    await asyncio.sleep(backoff * (1 + random.random()))
-                    backoff = min(backoff * 2, 30.0)
+                    need_list = True
+                await asyncio.sleep(backoff_delay(failures, random.random()))
+                failures += 1
         finally:
             if resync:
                 resync.cancel()
+
+    def _warn(self, what: str, error: str) -> None:
+        log.warning(what, extra={"resource": self.resource.plural, "error": error})
+
+
+# Retry delays after a failure: exponential from BACKOFF_INITIAL, capped at BACKOFF_MAX, and
+# jittered down to half so that informers that failed together do not retry together. The
+# cap bounds how stale a view stays once the API is back (client-go's reflector caps at 30 s
+# with up to double jitter, so its views may lag a minute behind a returning API).
+BACKOFF_INITIAL = 0.2
+BACKOFF_MAX = 4.0
+# A watch that ends cleanly sooner than this without a single event is treated as a failure,
+# so a server that closes watches at once is not asked again in a tight loop.
+MIN_QUIET_WATCH = 1.0
+
+
+def backoff_delay(failures: int, jitter: float) -> float:
+    """Seconds to wait after `failures` earlier consecutive failures; `jitter` in [0, 1)."""
+    base = min(BACKOFF_MAX, BACKOFF_INITIAL * 2 ** min(failures, 32))
+    return float(base * (0.5 + jitter / 2))

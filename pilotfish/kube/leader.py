@@ -1,12 +1,29 @@
-"""Leader election on a coordination.k8s.io Lease, with conditional writes only.
+"""Leader election on a coordination.k8s.io Lease, the way client-go's leaderelection does it.
 
-Every acquire and renew is an update carrying the resourceVersion it was decided from, so two
-candidates that read the same expired lease cannot both win. The decision is a pure function
-of (lease, identity, now) so its rules are unit-tested without a cluster.
+Three durations, with client-go's names and kube-controller-manager's defaults:
+- `lease_duration` (15 s): how long a candidate waits after it last saw the lease record
+  change before it may take the lease over;
+- `renew_deadline` (10 s): how long the holder keeps retrying renewals through API errors
+  before it stops leading;
+- `retry_period` (2 s): the pause between attempts, for holder and candidates alike.
 
-Timing (the same rule as client-go's leaderelection): a holder renews every `renew_seconds`;
-a candidate takes over only after `lease_seconds` without a renewal; a holder that could not
-renew within `lease_seconds` stops leading *before* anyone else may take over, by exiting.
+`retry_period + renew_deadline < lease_duration` is the safety margin: a holder cut off from
+the API stops acting before any candidate may start. An outage shorter than the renew
+deadline costs nothing; a 60 s one loses the lease (the process exits and is restarted
+fresh), and the first candidate to reach the API afterwards leads.
+
+A lease's age is measured from when THIS process saw its record change, on this process's
+monotonic clock (client-go's `observedTime`), never by comparing the holder's `renewTime`
+with the local wall clock: machines' clocks disagree and wall clocks jump. The one exception
+is a record holding this process's own identity that this process did not write, i.e. one
+written by an earlier run of the same identity (a restart in place: the same pod, or the
+same host in local mode). The same machine's clock wrote that `renewTime`, so its age on the
+local wall clock may shorten the wait; it never lengthens it beyond `lease_duration`. A
+restart after an outage therefore leads as soon as the API is back, while a restart right
+after a crash still waits until the crashed run's writes in flight can no longer land.
+
+Every write is an update carrying the resourceVersion it was decided from, so two candidates
+that read the same expired lease cannot both win. The decision itself is a pure function.
 """
 
 from __future__ import annotations
@@ -15,158 +32,299 @@ import asyncio
 import datetime
 import enum
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+import math
+import random
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
+import aiohttp
 
-from pilotfish.timeutil import parse_time, utcnow
+from pilotfish.kube.rest import LEASES, ApiError, Rest
+from pilotfish.timeutil import parse_time_or_none, utcnow
 
 log = logging.getLogger("pilotfish.leader")
 
-Clock = Callable[[], datetime.datetime]
+LEASE_DURATION = 15.0
+RENEW_DEADLINE = 10.0
+RETRY_PERIOD = 2.0
+# Candidates wait retry_period * (1 + JITTER * U[0,1)) between attempts so that replicas
+# restarted together do not all write at once. client-go uses 1.2; 0.5 keeps a returning
+# API's first successful attempt within 3 s.
+JITTER = 0.5
+
+# What an attempt may fail with while the API is away, restarting or overloaded; all retried.
+TRANSIENT: tuple[type[Exception], ...] = (
+    ApiError,
+    OSError,
+    TimeoutError,
+    aiohttp.ClientError,
+    ValueError,
+)
 
 
 class Verdict(enum.Enum):
     CREATE = "create"  # no lease object yet
-    RENEW = "renew"  # we hold it
-    TAKE_OVER = "take-over"  # its holder went silent for a full lease
+    RENEW = "renew"  # this process holds it
+    TAKE_OVER = "take-over"  # released, or its holder was silent for a whole lease
     WAIT = "wait"  # someone else holds a live lease
 
 
+class Outcome(enum.Enum):
+    LEADING = "leading"
+    HELD_ELSEWHERE = "held-elsewhere"
+    LOST_RACE = "lost-race"  # another writer got in between our read and our write
+
+
 @dataclass(frozen=True)
-class LeaseView:
-    holder: str | None
-    renew_time: datetime.datetime | None
+class LeaseRecord:
+    """The lease's spec, as client-go's LeaderElectionRecord: what "changed" compares."""
+
+    holder: str
     duration_seconds: int
+    acquire_time: str | None
+    renew_time: str | None
     transitions: int
-    resource_version: str | None
+
+    def spec(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "holderIdentity": self.holder,
+            "leaseDurationSeconds": self.duration_seconds,
+            "leaseTransitions": self.transitions,
+        }
+        if self.acquire_time:
+            out["acquireTime"] = self.acquire_time
+        if self.renew_time:
+            out["renewTime"] = self.renew_time
+        return out
 
 
-def view(obj: dict[str, Any] | None) -> LeaseView | None:
-    if obj is None:
-        return None
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def record_of(obj: dict[str, Any]) -> LeaseRecord:
     spec = obj.get("spec") or {}
-    rt = spec.get("renewTime")
-    return LeaseView(
-        holder=spec.get("holderIdentity"),
-        renew_time=parse_time(rt) if rt else None,
-        duration_seconds=int(spec.get("leaseDurationSeconds") or 0),
-        transitions=int(spec.get("leaseTransitions") or 0),
-        resource_version=(obj.get("metadata") or {}).get("resourceVersion"),
+    acquire, renew = spec.get("acquireTime"), spec.get("renewTime")
+    return LeaseRecord(
+        holder=str(spec.get("holderIdentity") or ""),
+        duration_seconds=_int(spec.get("leaseDurationSeconds")),
+        acquire_time=acquire if isinstance(acquire, str) else None,
+        renew_time=renew if isinstance(renew, str) else None,
+        transitions=_int(spec.get("leaseTransitions")),
     )
 
 
-def decide(lease: LeaseView | None, identity: str, now: datetime.datetime) -> Verdict:
-    if lease is None:
+def decide(record: LeaseRecord | None, identity: str, *, ours: bool, silent_for: float) -> Verdict:
+    """What to do with the lease as read.
+
+    `ours`: this process wrote exactly this record (it leads, or led until a moment ago).
+    `silent_for`: how long the record has gone unchanged, as this process measures it.
+    """
+    if record is None:
         return Verdict.CREATE
-    if lease.holder == identity:
+    if ours and record.holder == identity:
         return Verdict.RENEW
-    if not lease.holder or lease.renew_time is None:
+    if not record.holder:
         return Verdict.TAKE_OVER
-    expires = lease.renew_time + datetime.timedelta(seconds=lease.duration_seconds)
-    return Verdict.TAKE_OVER if now >= expires else Verdict.WAIT
+    return Verdict.TAKE_OVER if silent_for >= record.duration_seconds else Verdict.WAIT
 
 
-def _micro(t: datetime.datetime) -> str:
+def micro_time(t: datetime.datetime) -> str:
+    """metav1.MicroTime's wire form, so a record read back compares equal to the one sent."""
     return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaseStore(Protocol):
+    """Where the lease lives: one object, read and written whole, conditionally."""
+
+    async def get(self) -> dict[str, Any] | None: ...
+
+    async def create(self, spec: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def replace(self, spec: dict[str, Any], resource_version: str) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class RestLeaseStore:
+    rest: Rest
+    namespace: str
+    name: str
+
+    def _body(self, spec: dict[str, Any], resource_version: str | None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if resource_version:
+            meta["resourceVersion"] = resource_version
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": meta,
+            "spec": spec,
+        }
+
+    async def get(self) -> dict[str, Any] | None:
+        try:
+            return await self.rest.get(LEASES.path(self.namespace, self.name))
+        except ApiError as e:
+            if e.not_found:
+                return None
+            raise
+
+    async def create(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return await self.rest.create(LEASES.path(self.namespace), self._body(spec, None))
+
+    async def replace(self, spec: dict[str, Any], resource_version: str) -> dict[str, Any]:
+        return await self.rest.replace(
+            LEASES.path(self.namespace, self.name), self._body(spec, resource_version)
+        )
 
 
 @dataclass
 class LeaderElector:
-    api: client.ApiClient
-    namespace: str
-    name: str
+    store: LeaseStore
     identity: str
-    lease_seconds: int = 15
-    renew_seconds: float = 5.0
-    clock: Clock = utcnow
+    lease_duration: float = LEASE_DURATION
+    renew_deadline: float = RENEW_DEADLINE
+    retry_period: float = RETRY_PERIOD
+    clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], datetime.datetime] = utcnow
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    jitter: Callable[[], float] = random.random
+    _observed: LeaseRecord | None = field(default=None, init=False)
+    _observed_at: float = field(default=0.0, init=False)
+    # Records this process sent or got back from a write: a record it finds that is one of
+    # these is its own, even when the answer to that write was lost.
+    _ours: deque[LeaseRecord] = field(default_factory=lambda: deque(maxlen=8), init=False)
+    _renewed_at: float | None = field(default=None, init=False)
 
-    async def _read(self) -> dict[str, Any] | None:
-        coord = client.CoordinationV1Api(self.api)
-        try:
-            resp = await coord.read_namespaced_lease(
-                self.name, self.namespace, _preload_content=False
+    def __post_init__(self) -> None:
+        if not (
+            0 < self.retry_period < self.renew_deadline
+            and self.retry_period + self.renew_deadline < self.lease_duration
+        ):
+            raise ValueError(
+                "leader election needs 0 < retry period < renew deadline and "
+                "retry period + renew deadline < lease duration, "
+                f"got retry period {self.retry_period:g}s, renew deadline "
+                f"{self.renew_deadline:g}s, lease duration {self.lease_duration:g}s"
             )
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        data: dict[str, Any] = await resp.json()
-        return data
 
-    async def try_acquire_or_renew(self) -> bool | None:
-        """One round: read, decide, write conditionally.
+    @property
+    def observed(self) -> LeaseRecord | None:
+        return self._observed
 
-        True: we hold the lease. False: another identity holds a live lease. None: our write
-        lost a race (conflict); the next round re-reads and decides again.
-        """
+    def _observe(self, record: LeaseRecord, now: float) -> None:
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+
+    def _silent_for(self, record: LeaseRecord, now: float) -> float:
+        observed = now - self._observed_at
+        if record.holder != self.identity:
+            return observed
+        renewed = parse_time_or_none(record.renew_time)
+        if renewed is None:
+            return observed
+        return max(observed, (self.wall() - renewed).total_seconds())
+
+    async def try_acquire_or_renew(self) -> Outcome:
+        """One round: read, decide, write conditionally."""
+        obj = await self.store.get()
         now = self.clock()
-        obj = await self._read()
-        lease = view(obj)
-        verdict = decide(lease, self.identity, now)
+        if obj is None:
+            return await self._write(None, None)
+        record = record_of(obj)
+        self._observe(record, now)
+        verdict = decide(
+            record,
+            self.identity,
+            ours=record in self._ours,
+            silent_for=self._silent_for(record, now),
+        )
         if verdict is Verdict.WAIT:
-            return False
-        coord = client.CoordinationV1Api(self.api)
-        transitions = (lease.transitions if lease else 0) + (verdict is Verdict.TAKE_OVER)
-        spec = {
-            "holderIdentity": self.identity,
-            "leaseDurationSeconds": self.lease_seconds,
-            "renewTime": _micro(now),
-            "leaseTransitions": transitions,
-        }
-        if verdict is not Verdict.RENEW:
-            spec["acquireTime"] = _micro(now)
-        body: dict[str, Any] = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": self.name, "namespace": self.namespace},
-            "spec": spec,
-        }
+            return Outcome.HELD_ELSEWHERE
+        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        return await self._write(record, rv)
+
+    async def _write(self, old: LeaseRecord | None, resource_version: str | None) -> Outcome:
+        stamp = micro_time(self.wall())
+        same_holder = old is not None and old.holder == self.identity
+        new = LeaseRecord(
+            holder=self.identity,
+            duration_seconds=math.ceil(self.lease_duration),
+            acquire_time=(old.acquire_time if same_holder and old else None) or stamp,
+            renew_time=stamp,
+            transitions=(old.transitions if old else 0) + (1 if old and not same_holder else 0),
+        )
+        self._ours.append(new)
         try:
-            if verdict is Verdict.CREATE:
-                await coord.create_namespaced_lease(self.namespace, body)
+            if old is None or resource_version is None:
+                written = await self.store.create(new.spec())
             else:
-                assert obj is not None and lease is not None
-                body["metadata"]["resourceVersion"] = lease.resource_version
-                if verdict is Verdict.RENEW:
-                    spec["acquireTime"] = (obj.get("spec") or {}).get("acquireTime") or _micro(now)
-                await coord.replace_namespaced_lease(self.name, self.namespace, body)
-        except ApiException as e:
-            if e.status in (409, 422):  # someone else wrote first: decide again next round
-                return None
+                written = await self.store.replace(new.spec(), resource_version)
+        except ApiError as e:
+            if e.conflict:
+                return Outcome.LOST_RACE
             raise
-        if verdict is not Verdict.RENEW:
-            log.info("acquired leadership", extra={"lease": self.name, "identity": self.identity})
-        return True
+        back = record_of(written)
+        self._ours.append(back)
+        self._observe(back, self.clock())
+        if old is None or old not in self._ours:
+            log.info(
+                "acquired leadership",
+                extra={"identity": self.identity, "previous": old.holder if old else None},
+            )
+        return Outcome.LEADING
+
+    async def _attempt(self, within: float) -> Outcome | None:
+        """One round bounded by `within` seconds: a hung API counts as a failed round."""
+        try:
+            return await asyncio.wait_for(self.try_acquire_or_renew(), within)
+        except TRANSIENT as e:
+            error = f"{type(e).__name__}: {e}" if str(e) else f"no answer within {within:.1f}s"
+            log.warning("lease round failed", extra={"identity": self.identity, "error": error})
+            return None
 
     async def acquire(self) -> None:
-        """Block until this process leads."""
+        """Block until this process leads, retrying through any API error."""
         while True:
-            try:
-                if await self.try_acquire_or_renew():
-                    return
-            except ApiException as e:
-                log.warning(
-                    "lease read/write failed", extra={"lease": self.name, "status": e.status}
-                )
-            await asyncio.sleep(self.renew_seconds)
-
-    async def hold(self) -> None:
-        """Renew until renewals fail for a whole lease; then return: the caller stops leading."""
-        last_ok = asyncio.get_running_loop().time()
-        while True:
-            await asyncio.sleep(self.renew_seconds)
-            try:
-                ok = await self.try_acquire_or_renew()
-            except (ApiException, OSError, TimeoutError) as e:
-                log.warning("lease renewal failed", extra={"lease": self.name, "error": str(e)})
-                ok = None
-            now = asyncio.get_running_loop().time()
-            if ok:
-                last_ok = now
-            elif ok is False or now - last_ok >= self.lease_seconds - self.renew_seconds:
-                log.error("lost leadership", extra={"lease": self.name, "identity": self.identity})
+            started = self.clock()
+            if await self._attempt(self.renew_deadline) is Outcome.LEADING:
+                self._renewed_at = started
                 return
+            await self.sleep(self.retry_period * (1 + JITTER * self.jitter()))
+
+    async def hold(self) -> str:
+        """Renew every retry period; return why leadership ended: another holder is seen, or
+        a renewal cycle failed for the whole renew deadline. The caller must stop acting.
+
+        A cycle starts a retry period after the last successful renewal began and, as in
+        client-go, retries until the renew deadline from there; failed rounds are retried
+        every quarter retry period, so an outage shorter than the renew deadline (less that
+        quarter) never costs the lease. The deadline counts from when the last successful
+        renewal was sent, not answered, so a slow answer cannot stretch it: the holder stops
+        `lease_duration - retry_period - renew_deadline` (3 s) before a candidate may start.
+        """
+        if self._renewed_at is None:
+            raise RuntimeError("hold() before acquire()")
+        while True:
+            await self.sleep(self.retry_period)
+            deadline = self._renewed_at + self.retry_period + self.renew_deadline
+            while True:
+                remaining = deadline - self.clock()
+                if remaining <= 0:
+                    return self._lost(f"no renewal succeeded for {self.renew_deadline:g}s")
+                started = self.clock()
+                outcome = await self._attempt(remaining)
+                if outcome is Outcome.LEADING:
+                    self._renewed_at = started
+                    break
+                if outcome is Outcome.HELD_ELSEWHERE:
+                    holder = self._observed.holder if self._observed else "?"
+                    return self._lost(f"the lease is now held by {holder}")
+                await self.sleep(max(0.0, min(self.retry_period / 4, deadline - self.clock())))
+
+    def _lost(self, why: str) -> str:
+        log.error("lost leadership", extra={"identity": self.identity, "reason": why})
+        return why

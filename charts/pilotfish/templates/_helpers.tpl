@@ -21,6 +21,9 @@ pilotfish
 {{- define "pilotfish.schedulerName" -}}pilotfish-scheduler{{- end }}
 
 {{- define "pilotfish.webhooks.tlsSecret" -}}pilotfish-webhooks-tls{{- end }}
+{{- define "pilotfish.webhooks.clientCA" -}}pilotfish-webhooks-client-ca{{- end }}
+{{- define "pilotfish.extender.tlsSecret" -}}pilotfish-extender-tls{{- end }}
+{{- define "pilotfish.scheduler.extenderClientSecret" -}}pilotfish-scheduler-extender-client{{- end }}
 {{- define "pilotfish.scheduler.configMap" -}}pilotfish-scheduler-config{{- end }}
 {{- define "pilotfish.operator.metricsService" -}}pilotfish-operator-metrics{{- end }}
 
@@ -51,12 +54,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
 
-{{/* URL prefix of the scheduler extender, as the scheduler sees it. */}}
+{{/* URL prefix of the scheduler extender, as the scheduler sees it (always HTTPS). */}}
 {{- define "pilotfish.extenderURL" -}}
 {{- if .Values.local.enabled -}}
-{{- printf "http://%s:%d" .Values.local.host (int .Values.local.extenderPort) }}
+{{- printf "https://%s:%d" .Values.local.host (int .Values.local.extenderPort) }}
 {{- else -}}
-{{- printf "http://%s.%s.svc:8080" (include "pilotfish.extender.name" .) .Release.Namespace }}
+{{- printf "https://%s.%s.svc:443" (include "pilotfish.extender.name" .) .Release.Namespace }}
 {{- end }}
 {{- end }}
 

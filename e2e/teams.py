@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -48,3 +52,23 @@ def open_quota(env: Env, team: str, namespace: str) -> None:
 
     wait_until(f"admission to see TeamQuota {team}", admitted, timeout=30)
     _OPEN_TEAMS.add(team)
+
+
+@contextmanager
+def own_team(env: Env, namespace: str) -> Iterator[str]:
+    """A fresh team owning `namespace` for one test (labelled as the platform would, by the
+    admin); its TeamQuota, if the test made one, is deleted on the way out."""
+    name = f"t{uuid.uuid4().hex[:8]}"
+    k8s.CoreV1Api(env.api).patch_namespace(
+        namespace, {"metadata": {"labels": {names.LABEL_TEAM: name}}}
+    )
+    try:
+        yield name
+    finally:
+        try:
+            k8s.CustomObjectsApi(env.api).delete_cluster_custom_object(
+                names.GROUP, names.VERSION, "teamquotas", name
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise

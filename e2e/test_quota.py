@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,6 +14,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from e2e.conftest import Env, run, wait_until
+from e2e.teams import own_team
 from pilotfish import names
 
 
@@ -38,18 +38,8 @@ def pod(name: str, band: str | None, cpu: str = "1", **spec: Any) -> dict[str, A
 @pytest.fixture
 def team(env: Env, namespace: str) -> Iterator[str]:
     """A team of its own for this test: its namespace label and a TeamQuota to fill."""
-    name = f"t{uuid.uuid4().hex[:8]}"
-    k8s.CoreV1Api(env.api).patch_namespace(
-        namespace, {"metadata": {"labels": {names.LABEL_TEAM: name}}}
-    )
-    yield name
-    try:
-        k8s.CustomObjectsApi(env.api).delete_cluster_custom_object(
-            names.GROUP, names.VERSION, "teamquotas", name
-        )
-    except ApiException as e:
-        if e.status != 404:
-            raise
+    with own_team(env, namespace) as name:
+        yield name
 
 
 def make_quota(env: Env, team: str, bands: dict[str, dict[str, Any]]) -> None:

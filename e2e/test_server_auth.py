@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 
 from e2e.conftest import Env, Tenant, wait_until
+from e2e.teams import own_team
 from e2e.test_quota import make_quota
 from e2e.test_quota import pod as quota_pod
 from pilotfish import httpserver, names
@@ -93,19 +93,9 @@ def review(namespace: str, obj: dict[str, Any], *, dry_run: bool) -> dict[str, A
 @pytest.fixture
 def team(env: Env, namespace: str) -> Iterator[str]:
     """A team of its own with a production quota of 2 CPUs: a reservation would show."""
-    name = f"t{uuid.uuid4().hex[:8]}"
-    k8s.CoreV1Api(env.api).patch_namespace(
-        namespace, {"metadata": {"labels": {names.LABEL_TEAM: name}}}
-    )
-    make_quota(env, name, {"production": {"cpu": "2"}})
-    yield name
-    try:
-        k8s.CustomObjectsApi(env.api).delete_cluster_custom_object(
-            names.GROUP, names.VERSION, "teamquotas", name
-        )
-    except ApiException as e:
-        if e.status != 404:
-            raise
+    with own_team(env, namespace) as name:
+        make_quota(env, name, {"production": {"cpu": "2"}})
+        yield name
 
 
 def reserved(env: Env, team: str) -> Any:

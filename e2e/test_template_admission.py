@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +18,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from e2e.conftest import Env, Tenant, tenant_of, wait_until
+from e2e.teams import own_team
 from e2e.test_serviceworkload import ready_pods, template
 from pilotfish import names
 
@@ -29,56 +29,14 @@ BW = "batchworkloads"
 @pytest.fixture
 def team(env: Env, namespace: str) -> Iterator[str]:
     """The namespace's own team (set by the platform, as an admin), with no quota yet."""
-    name = f"t{uuid.uuid4().hex[:8]}"
-    k8s.CoreV1Api(env.api).patch_namespace(
-        namespace, {"metadata": {"labels": {names.LABEL_TEAM: name}}}
-    )
-    yield name
-    try:
-        k8s.CustomObjectsApi(env.api).delete_cluster_custom_object(
-            names.GROUP, names.VERSION, "teamquotas", name
-        )
-    except ApiException as e:
-        if e.status != 404:
-            raise
+    with own_team(env, namespace) as name:
+        yield name
 
 
 @pytest.fixture
 def tenant(env: Env, namespace: str) -> Tenant:
-    """The namespace's `edit` tenant, also granted Pilotfish's workloads there.
-
-    The built-in `edit` role does not cover the pilotfish.io group (the chart aggregates no
-    role into it), so the platform grants workloads with a Role of its own, as here.
-    """
-    rbac = k8s.RbacAuthorizationV1Api(env.api)
-    rbac.create_namespaced_role(
-        namespace,
-        {
-            "metadata": {"name": "pilotfish-workloads"},
-            "rules": [
-                {
-                    "apiGroups": [names.GROUP],
-                    "resources": [SW, BW],
-                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-                }
-            ],
-        },
-    )
+    """The namespace's `edit` tenant: the chart aggregates Pilotfish's workloads into `edit`."""
     user = tenant_of(env, namespace)
-    rbac.create_namespaced_role_binding(
-        namespace,
-        {
-            "metadata": {"name": "pilotfish-workloads"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": "pilotfish-workloads",
-            },
-            "subjects": [
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user.user}
-            ],
-        },
-    )
     authz = k8s.AuthorizationV1Api(user.api)
 
     def may_create_workloads() -> bool:

@@ -568,3 +568,26 @@ def test_pilotfish_accounts_may_not_make_pods_in_system_namespaces(local: bool) 
     for part in ("request.userInfo.username", "request.namespace", "request.operation"):
         assert part in check["messageExpression"]
     assert "may not create or change pods" in check["message"]
+
+
+@needs_helm
+def test_tenants_edit_their_workloads_through_the_built_in_roles_but_never_quotas() -> None:
+    """`edit`/`admin` gain Pilotfish's namespaced kinds by aggregation, `view` reads them;
+    neither touches TeamQuotas (the platform's) or any status a controller writes."""
+    roles = {
+        d["metadata"]["name"]: d
+        for d in render()
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"].startswith("pilotfish-tenant-")
+    }
+    edit, view = roles["pilotfish-tenant-edit"], roles["pilotfish-tenant-view"]
+    labels = edit["metadata"]["labels"]
+    assert labels["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert labels["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+    assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    edits = grants(edit["rules"])
+    assert ("pilotfish.io", "serviceworkloads", "create") in edits
+    assert ("pilotfish.io", "serviceworkloads/scale", "patch") in edits
+    for group, resource, verb in edits | grants(view["rules"]):
+        assert group == "pilotfish.io"
+        assert not resource.startswith("teamquotas"), (resource, verb)
+        assert not (resource.endswith("/status") and verb not in ("get", "list", "watch"))

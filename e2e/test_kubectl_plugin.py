@@ -29,7 +29,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from e2e.conftest import Env, wait_until
+from e2e.conftest import Env, Tenant, wait_until
 from pilotfish import gates, names, timeutil
 from pilotfish.devcluster import kubeconfig as kcfg
 
@@ -434,3 +434,75 @@ def test_why_says_a_running_pod_runs(env: Env, ns: str) -> None:
     node = read_pod(env, ns, "web")["spec"]["nodeName"]
     out = ok(plugin(env.kubeconfig, "why", "web", "-n", ns))
     assert out.splitlines()[0].startswith(f"Pod {ns}/web is running on node {node} and ready")
+
+
+# --- acting as another identity with kubectl's --as / --as-group ---------------------------
+
+
+def test_release_as_another_identity_is_judged_as_that_identity(
+    env: Env, ns: str, tenant: Tenant
+) -> None:
+    """The admin's kubeconfig with `--as`: the API server decides as the impersonated user,
+    and the plugin says who that was; with the releasers' group the release goes through and
+    is recorded under the impersonated name."""
+    if not has_gate_policy(env):
+        pytest.skip(f"the chart has no ValidatingAdmissionPolicy {POLICY}")
+    core = k8s.CoreV1Api(env.api)
+    core.create_namespaced_pod(ns, gated_pod("batch-as", (DATA, WAREHOUSE)))
+    release = ("gates", "release", "batch-as", DATA, "--reason", "INC-7")
+
+    # A user with no rights at all cannot even read the pod: refused by RBAC, by name.
+    nobody = f"nobody-{ns}"[:60]
+    res = plugin(env.kubeconfig, *release, "-n", ns, "--as", nobody)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert f'User "{nobody}" cannot get resource "pods"' in res.stderr, res.stderr
+
+    # The namespace's tenant (edit there) may patch pods, but not remove Pilotfish gates:
+    # the gate-ownership policy's 403, naming the tenant, not the admin who ran the plugin.
+    res = plugin(env.kubeconfig, "--as", tenant.user, *release, "-n", ns)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "the API server refused to release" in res.stderr, res.stderr
+    assert "(403 Forbidden)" in res.stderr
+    assert f"cannot be removed by {tenant.user}" in res.stderr
+    assert f"you are {tenant.user} (groups: system:authenticated)" in res.stderr
+    assert "pilotfish-admin" not in res.stderr
+    assert gates.scheduling_gates(read_pod(env, ns, "batch-as")) == [DATA, WAREHOUSE]
+
+    # An on-call identity in the releasers' group (flags after the subcommand this time).
+    oncall = "oncall-bob"
+    out = ok(plugin(env.kubeconfig, *release, "-n", ns, "--as", oncall, "--as-group", RELEASERS))
+    assert f"released from {DATA} by {oncall}" in out, out
+    pod = read_pod(env, ns, "batch-as")
+    assert gates.scheduling_gates(pod) == [WAREHOUSE]
+    note = json.loads(pod["metadata"]["annotations"]["gates.pilotfish.io/manual-release"])
+    assert note["by"] == oncall
+    events = wait_until(
+        "the GateManuallyReleased event",
+        lambda: pod_events(env, ns, "batch-as", "GateManuallyReleased"),
+    )
+    assert oncall in events[0].message
+
+    # The API server's audit log has the admin acting as oncall-bob.
+    layout = env.require_local()
+
+    def audited() -> bool:
+        for line in (layout.logs / "audit.log").read_text().splitlines():
+            e = json.loads(line)
+            ref = e.get("objectRef") or {}
+            if (
+                e.get("verb") == "patch"
+                and ref.get("namespace") == ns
+                and ref.get("name") == "batch-as"
+                and (e.get("impersonatedUser") or {}).get("username") == oncall
+                and (e.get("responseStatus") or {}).get("code") == 200
+            ):
+                return True
+        return False
+
+    wait_until("the audit log entry of the impersonated release", audited)
+
+
+def test_gates_list_as_a_user_without_rights_is_refused_naming_them(env: Env, ns: str) -> None:
+    res = plugin(env.kubeconfig, "gates", "-n", ns, "--as", "nobody-lister")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert 'User "nobody-lister" cannot list resource "pods"' in res.stderr, res.stderr

@@ -6,6 +6,9 @@ admission does). This controller closes the loop: a reservation whose pod is now
 `used` is dropped in the same write that counts it, and one whose pod never appeared (the
 create failed after admission, or was a later webhook's denial) is returned after
 RESERVATION_TTL_SECONDS. `used + reserved` therefore never under-counts what runs.
+
+It also writes `summary`: per band one line of held/limit amounts, the only form a printer
+column (a JSONPath, which cannot join fields) can show in `kubectl get teamquota`.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ import asyncio
 import datetime
 import logging
 from collections.abc import Iterable
+from fractions import Fraction
 from typing import Any, Final
 
-from pilotfish import metrics, quota
+from pilotfish import metrics, names, quota
+from pilotfish.api.teamquota import SUMMARY_MAX_LENGTH
 from pilotfish.kube.informer import Informer, Obj
 from pilotfish.kube.rest import NAMESPACES, PODS, TEAMQUOTAS, ApiError, Rest
 from pilotfish.kube.workqueue import WorkQueue
@@ -29,6 +34,43 @@ CONTROLLER: Final = "quota"
 # create 60 s at most; admission is well inside that).
 RESERVATION_TTL_SECONDS: Final = 60.0
 RESYNC_SECONDS: Final = 60.0
+# Shown for every band, limited or not; GPUs and extended resources only when limited or held.
+ALWAYS_SHOWN: Final = ("cpu", "memory", "pods")
+
+
+def band_summary(limits: quota.Resources | None, held: quota.Resources) -> str:
+    """ "cpu 1/2, memory 1Gi/4Gi, pods 1/10": what the band holds against its limits, in
+    the API server's canonical quantities."""
+    fmt = quota.format_quantity
+    if limits is None:
+        holds = ", ".join(f"{r} {fmt(r, v)}" for r, v in sorted(held.items()) if v)
+        return "not granted" + (f" (holds {holds})" if holds else "")
+    shown = [*ALWAYS_SHOWN]
+    if "gpus" in limits or held.get("gpus"):
+        shown.insert(2, "gpus")
+    shown += sorted(r for r in {*limits, *held} if r not in shown and r != "gpus")
+    text = ", ".join(
+        f"{r} {fmt(r, held.get(r, Fraction(0)))}/"
+        + (fmt(r, limits[r]) if r in limits else "unlimited")
+        for r in shown
+        if r in ALWAYS_SHOWN or r in limits or held.get(r)
+    )
+    if len(text) > SUMMARY_MAX_LENGTH:
+        text = text[: SUMMARY_MAX_LENGTH - 4] + " ..."
+    return text
+
+
+def summaries(
+    tq: Obj, used: dict[str, quota.Resources], reserved: dict[str, quota.Resources]
+) -> dict[str, str]:
+    """`summary` per band, from what admission counts: used plus reserved."""
+    return {
+        band: band_summary(
+            quota.band_limits(tq, band),
+            quota.add(used.get(band, {}), reserved.get(band, {})),
+        )
+        for band in names.BANDS
+    }
 
 
 def desired_status(tq: Obj, team_pods: Iterable[Obj], now: datetime.datetime) -> dict[str, Any]:
@@ -58,6 +100,7 @@ def desired_status(tq: Obj, team_pods: Iterable[Obj], now: datetime.datetime) ->
         "used": {b: quota.band_resources(v) for b, v in sorted(used.items())},
         "reserved": {b: quota.band_resources(v) for b, v in sorted(reserved.items())},
         "reservations": kept,
+        "summary": summaries(tq, used, reserved),
     }
 
 

@@ -283,7 +283,7 @@ service_workload_specs = st.fixed_dictionaries(
         "placement": st.fixed_dictionaries(
             {},
             optional={
-                "zones": st.lists(dns_labels, max_size=3, unique=True),
+                "zones": st.lists(dns_labels, min_size=1, max_size=3, unique=True),
                 "nodeSelector": labels,
                 "gpus": st.integers(min_value=0, max_value=8),
                 "spread": st.sampled_from(["zone", "node"]),

@@ -182,6 +182,7 @@ COLUMNS = {
         ("Ready", ".status.readyReplicas"),
         ("Available", ".status.availableReplicas"),
         ("Up-to-date", ".status.updatedReplicas"),
+        ("Failure", '.status.conditions[?(@.type=="ReplicaFailure")].reason'),
         ("Age", ".metadata.creationTimestamp"),
     ],
     BatchWorkload: [
@@ -202,7 +203,13 @@ COLUMNS = {
         ("Ready", '.status.conditions[?(@.type=="Ready")].status'),
         ("Age", ".metadata.creationTimestamp"),
     ],
-    TeamQuota: [("Team", ".spec.team"), ("Age", ".metadata.creationTimestamp")],
+    TeamQuota: [
+        ("Team", ".spec.team"),
+        ("Production", ".status.summary.production"),
+        ("Batch", ".status.summary.batch"),
+        ("Best-Effort", ".status.summary.best-effort"),
+        ("Age", ".metadata.creationTimestamp"),
+    ],
     NodeMaintenance: [
         ("Phase", ".status.phase"),
         ("Nodes", ".spec.nodes"),

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from pilotfish import gates, timeutil
-from pilotfish.cli.why import explain, latest_event, quota_sentence
+from pilotfish.cli.why import explain, latest_event
+from pilotfish.cli.whyquota import quota_sentence
 
 NOW = datetime.datetime(2026, 3, 1, 12, 0, 0, tzinfo=datetime.UTC)
 SIGNAL = "gates.pilotfish.io/data-ready"
@@ -428,10 +429,10 @@ def _quota_pod(cpu: str, gated: bool) -> dict[str, Any]:
     }
 
 
-def _tq(used: str) -> dict[str, Any]:
+def _tq(used: str, limit: str = "100") -> dict[str, Any]:
     return {
         "metadata": {"name": "payments"},
-        "spec": {"team": "payments", "bands": {"batch": {"cpu": "100"}}},
+        "spec": {"team": "payments", "bands": {"batch": {"cpu": limit}}},
         "status": {"used": {"batch": {"cpu": used}}},
     }
 
@@ -450,9 +451,23 @@ def _tq(used: str) -> dict[str, Any]:
             "Quota (TeamQuota payments): within the batch band's limits (cpu 96 of 100 used).",
         ),
         (
+            # Admitted: 96 counted includes the pod's own 8.
             _quota_pod("8", gated=False),
             _tq("96"),
-            "Quota (TeamQuota payments): within the batch band's limits (cpu 88 of 100 used).",
+            "Quota (TeamQuota payments): batch cpu: this pod holds 8; others use 88 of 100.",
+        ),
+        (
+            # Quota lowered below what runs: said, never a negative room.
+            _quota_pod("8", gated=False),
+            _tq("100", limit="90"),
+            "Quota (TeamQuota payments): batch cpu: this pod holds 8; others use 92 of 90 "
+            "(10 over the limit together).",
+        ),
+        (
+            # Admitted but not counted yet (the operator lags): others are never below zero.
+            _quota_pod("1500m", gated=False),
+            _tq("1"),
+            "Quota (TeamQuota payments): batch cpu: this pod holds 1500m; others use 0 of 100.",
         ),
         (
             _quota_pod("8", gated=True),
@@ -466,3 +481,35 @@ def test_quota_sentence_gives_the_amounts(
 ) -> None:
     assert quota_sentence(pod, "payments", tq) == want
     assert quota_sentence(pod, None, tq) is None
+
+
+def test_an_admitted_pod_is_told_what_it_holds_and_what_others_use_per_resource() -> None:
+    """The issue's case: a 2-CPU production quota, this pod holding 1 of the 2 used."""
+    pod = _quota_pod("1", gated=False)
+    pod["metadata"]["labels"]["pilotfish.io/band"] = "production"
+    pod["spec"]["containers"][0]["resources"]["requests"]["memory"] = "1Gi"
+    tq = {
+        "metadata": {"name": "payments"},
+        "spec": {
+            "team": "payments",
+            "bands": {"production": {"cpu": "2", "memory": "166429982720", "pods": 10}},
+        },
+        "status": {
+            "used": {"production": {"cpu": "1500m", "memory": "2Gi", "pods": 2}},
+            "reserved": {"production": {"cpu": "500m", "pods": 1}},
+        },
+    }
+    assert quota_sentence(pod, "payments", tq) == (
+        "Quota (TeamQuota payments): production cpu: this pod holds 1; others use 1 of 2. "
+        "production memory: this pod holds 1Gi; others use 1Gi of 155Gi. "
+        "production pods: this pod holds 1; others use 2 of 10."
+    )
+
+
+def test_an_admitted_pod_in_a_band_without_limits_is_told_what_it_holds() -> None:
+    tq = _tq("5")
+    tq["spec"]["bands"]["batch"] = {}
+    assert quota_sentence(_quota_pod("250m", gated=False), "payments", tq) == (
+        "Quota (TeamQuota payments): the batch band limits nothing; this pod holds cpu 250m, "
+        "pods 1."
+    )

@@ -56,7 +56,9 @@ from pilotfish.operators.serviceworkload import revisions as revs
 from pilotfish.operators.serviceworkload import rolling
 from pilotfish.operators.serviceworkload.expectations import WriteCache
 from pilotfish.operators.serviceworkload.status import (
+    ReplicaFailure,
     compute_status,
+    replica_failure,
     stable_revision,
     transition_time,
 )
@@ -186,6 +188,10 @@ class ServiceWorkloadController:
         self.states: dict[str, str] = {}
         self.foreign_pdbs: dict[str, float] = {}
         self.refusals: dict[str, int] = {}
+        # The last refused pod create per workload, for its ReplicaFailure condition: reset
+        # by a create that succeeds, ignored once the generation moves on, and re-learnt by
+        # the next refused create after a restart.
+        self.create_failures: dict[str, ReplicaFailure] = {}
         self._events: set[asyncio.Task[Any]] = set()
         self.sws.add_handler(self._on_workload)
         self.pods.add_handler(self._indexer(self.pods_of, self.pod_writes))
@@ -208,6 +214,7 @@ class ServiceWorkloadController:
             self.pod_writes.forget_owner(key)
             self.rev_writes.forget_owner(key)
             self.refusals.pop(key, None)
+            self.create_failures.pop(key, None)
             self._set_state(key, None)
         self.queue.add(key)
 
@@ -280,6 +287,7 @@ class ServiceWorkloadController:
         if sw is None:
             self.pod_writes.forget_owner(key)
             self.rev_writes.forget_owner(key)
+            self.create_failures.pop(key, None)
             self._set_state(key, None)
             return
         meta = sw["metadata"]
@@ -378,6 +386,7 @@ class ServiceWorkloadController:
             deadline_seconds=strategy.progress_deadline_seconds,
             now=now,
             now_str=now_str,
+            failure=self._create_failure(key, meta.get("generation")),
         )
         if status != previous:
             await self._write_status(key, sw, status, rnd)
@@ -409,6 +418,13 @@ class ServiceWorkloadController:
             self.refusals.pop(key, None)
         if rnd.create_errors:
             raise CreateFailed(f"{key}: {rnd.create_errors[0]}")
+
+    def _create_failure(self, key: str, generation: int | None) -> ReplicaFailure | None:
+        failure = self.create_failures.get(key)
+        if failure is not None and failure.generation != generation:
+            del self.create_failures[key]  # refused for a spec that is no longer asked for
+            return None
+        return failure
 
     async def _confirm_creates(self, key: str) -> None:
         for pod_key in self.pod_writes.unseen_creates(key, CREATE_CONFIRM_SECONDS):
@@ -614,6 +630,8 @@ class ServiceWorkloadController:
                 return False  # the workload goes with its namespace: nothing to report
             metrics.ROLLOUT_POD_ACTIONS.labels("create", "failed").inc()
             rnd.create_errors.append(f"{e.status} {e.reason}: {e.message}")
+            generation = sw["metadata"].get("generation")
+            self.create_failures[key] = replica_failure(generation, e.message)
             self._event(
                 sw, EVENT_CREATE_FAILED, f"creating pod {name}: {e.message}", "CreatePod", "Warning"
             )
@@ -624,6 +642,7 @@ class ServiceWorkloadController:
             rnd.create_errors.append(f"create of {name} did not answer: {e}")
             return False
         self.pod_writes.created(pod_key, slim_pod(created))
+        self.create_failures.pop(key, None)
         metrics.ROLLOUT_POD_ACTIONS.labels("create", "ok").inc()
         self._event(
             sw,

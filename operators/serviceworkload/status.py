@@ -10,6 +10,11 @@
 - Stalled: True only when the progress deadline passed (ProgressDeadlineExceeded), else
   False with the same reason as Progressing. It is the kstatus name for "will not get
   there by itself", which generic tools (Flux, kpt, cli-utils) understand.
+- ReplicaFailure: present, and True, only while the last pod create of this generation was
+  refused (as the Deployment controller's): reason QuotaExceeded when the team quota refused
+  it, FailedCreate for any other refusal, message the API server's own. While it is True
+  Progressing does not claim progress (False, reason ReplicaFailure) until the deadline
+  turns it into a stall; the condition goes away with the first create that succeeds.
 
 Counts: `replicas` is every pod that is neither terminated nor being deleted (draining pods
 included: they still run); `readyReplicas`, `availableReplicas` and `updatedReplicas` leave
@@ -24,8 +29,10 @@ a status that did not change is byte-identical and not written again.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from pilotfish.api.serviceworkload import AVAILABLE, PROGRESSING, STALLED
@@ -43,7 +50,36 @@ from pilotfish.workloads import LABEL_WORKLOAD
 REASON_MIN_AVAILABLE: Final = "MinimumReplicasAvailable"
 REASON_MIN_UNAVAILABLE: Final = "MinimumReplicasUnavailable"
 
+REPLICA_FAILURE: Final = "ReplicaFailure"
+# Reasons of the ReplicaFailure condition (and of Progressing while it is True).
+REASON_FAILED_CREATE: Final = "FailedCreate"
+REASON_QUOTA_EXCEEDED: Final = "QuotaExceeded"
+REASON_REPLICA_FAILURE: Final = "ReplicaFailure"
+
+# The team quota's denials, as the pod webhook words them (pilotfish.quota.describe: "team
+# payments, production cpu: 96 of 100 used, pod asks 8"; pilotfish.webhooks.quota.decide:
+# "team payments has no production quota: ..."). The API server quotes them inside its own
+# text, so they are searched for, not matched whole.
+QUOTA_DENIAL: Final = re.compile(
+    r"team \S+, \S+ \S+: \S+ of \S+ used, pod asks \S+|team \S+ has no \S+ quota: "
+)
+
 Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ReplicaFailure:
+    """The last refused pod create of one generation of a workload."""
+
+    generation: int | None
+    reason: str
+    message: str
+
+
+def replica_failure(generation: int | None, message: str) -> ReplicaFailure:
+    """What a refused create means for status: a quota refusal or any other FailedCreate."""
+    reason = REASON_QUOTA_EXCEEDED if QUOTA_DENIAL.search(message) else REASON_FAILED_CREATE
+    return ReplicaFailure(generation, reason, message)
 
 
 def selector(name: str) -> str:
@@ -107,8 +143,10 @@ def compute_status(
     deadline_seconds: int,
     now: float,
     now_str: str,
+    failure: ReplicaFailure | None = None,
 ) -> Obj:
-    """The status the workload should show, from the pods observed (not the expected ones)."""
+    """The status the workload should show, from the pods observed (not the expected ones)
+    and the last create refusal seen (`failure`; None once a create succeeded)."""
     b = desired.budget
     min_ready = b.min_ready_seconds
     present = [p for p in pods if p.counted and not p.terminating]
@@ -133,6 +171,7 @@ def compute_status(
         f"{old} of other revisions"
     )
     if progress.state == "complete":
+        failure = None  # every replica exists: nothing is left to create
         prog = ("True", REASON_COMPLETE, f"revision {desired.update_revision} rolled out: {counts}")
         stalled = ("False", REASON_COMPLETE, "rollout complete")
     elif progress.state == "paused":
@@ -143,8 +182,22 @@ def compute_status(
             f"no progress for {deadline_seconds}s rolling out revision "
             f"{desired.update_revision}: {counts}; {available} available pods keep serving"
         )
+        if failure is not None:
+            message += f"; pod creates refused: {failure.message}"
         prog = ("False", REASON_DEADLINE_EXCEEDED, message)
         stalled = ("True", REASON_DEADLINE_EXCEEDED, message)
+    elif failure is not None:
+        prog = (
+            "False",
+            REASON_REPLICA_FAILURE,
+            f"pod creates refused ({failure.reason}), rolling out revision "
+            f"{desired.update_revision}: {counts}",
+        )
+        stalled = (
+            "False",
+            REASON_REPLICA_FAILURE,
+            f"pod creates refused; stalled if nothing moves for {deadline_seconds}s",
+        )
     else:
         message = f"rolling out revision {desired.update_revision}: {counts}"
         prog = ("True", REASON_IN_PROGRESS, message)
@@ -155,8 +208,11 @@ def compute_status(
         set_condition(prev_conditions, PROGRESSING, *prog, generation, now_str),
         set_condition(prev_conditions, STALLED, *stalled, generation, now_str),
     ]
+    if failure is not None:
+        f = ("True", failure.reason, failure.message)
+        conditions.append(set_condition(prev_conditions, REPLICA_FAILURE, *f, generation, now_str))
     # Conditions other writers may have added are kept as they are.
-    mine = {AVAILABLE, PROGRESSING, STALLED}
+    mine = {AVAILABLE, PROGRESSING, STALLED, REPLICA_FAILURE}
     conditions += [dict(c) for c in prev_conditions if c.get("type") not in mine]
     status: Obj = {
         "observedGeneration": generation,

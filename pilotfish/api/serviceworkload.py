@@ -34,7 +34,16 @@ AVAILABLE: Final = "Available"
 PROGRESSING: Final = "Progressing"
 STALLED: Final = "Stalled"
 
-Zone = Annotated[str, StringConstraints(min_length=1, max_length=63)]
+# A node label value, as the API server validates the values of a node affinity: a zone or
+# machine class it would refuse in a pod is refused in the workload instead.
+LabelValue = Annotated[
+    str,
+    StringConstraints(
+        pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$", min_length=1, max_length=63
+    ),
+]
+Zone = LabelValue
+MachineClass = LabelValue
 # A port number or the name of a container port (an IANA service name, at most 15 chars).
 TargetPort = Annotated[
     Annotated[Annotated[int, Field(ge=1, le=65535)], Tag("int")]
@@ -50,10 +59,15 @@ TargetPort = Annotated[
 
 
 class Placement(ApiModel):
-    """Where the replicas may run and how they are spread."""
+    """Where the replicas may run and how they are spread.
+
+    Turned into each pod's node affinity, nodeSelector, GPU resources and topology spread by
+    `pilotfish.podtemplate`; the template's own constraints apply as well (both must hold).
+    """
 
     zones: Annotated[list[Zone], ListSet()] | None = Field(
         default=None,
+        min_length=1,
         max_length=64,
         description="Zones (topology.kubernetes.io/zone) the replicas may run in; "
         "unset means any zone.",
@@ -62,11 +76,21 @@ class Placement(ApiModel):
         default=None,
         description="Node labels that every node running a replica must carry.",
     )
-    gpus: int = Field(default=0, ge=0, description="GPUs each replica needs.")
+    machine_class: MachineClass | None = Field(
+        default=None,
+        description="Machine class (the node label node.kubernetes.io/instance-type) every "
+        "node running a replica must be; unset means any.",
+    )
+    gpus: int = Field(
+        default=0,
+        ge=0,
+        description="GPUs each replica needs, requested and limited as nvidia.com/gpu on the "
+        "template's first container unless that container sets nvidia.com/gpu itself.",
+    )
     spread: Literal["zone", "node"] = Field(
         default="zone",
         description="Spread replicas evenly over zones (survives losing a zone) or only "
-        "over nodes.",
+        "over nodes: a preference (maxSkew 1, ScheduleAnyway), never a reason to stay Pending.",
     )
 
 
@@ -221,6 +245,12 @@ class ServiceWorkload(Resource):
                 "integer",
                 ".status.updatedReplicas",
                 "Replicas running the current template.",
+            ),
+            PrinterColumn(
+                "Failure",
+                "string",
+                '.status.conditions[?(@.type=="ReplicaFailure")].reason',
+                "Why pods cannot be created (QuotaExceeded, FailedCreate), while they cannot.",
             ),
             AGE_COLUMN,
         ),

@@ -1,6 +1,6 @@
 """TeamQuota: how much a team may use in each priority band."""
 
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import Field
 
@@ -82,6 +82,28 @@ class Reservation(ApiModel):
     time: Time = Field(description="When admission reserved it.")
 
 
+# The longest band summary written; a band with dozens of extended resources is cut short
+# (the full amounts stay in `used`, `reserved` and the spec).
+SUMMARY_MAX_LENGTH: Final = 1024
+
+
+class BandSummaries(ApiModel):
+    """Per band, one line a person reads without decoding: what `kubectl get` shows."""
+
+    production: str | None = Field(
+        default=None, max_length=SUMMARY_MAX_LENGTH, description="The production band."
+    )
+    batch: str | None = Field(
+        default=None, max_length=SUMMARY_MAX_LENGTH, description="The batch band."
+    )
+    best_effort: str | None = Field(
+        default=None,
+        alias="best-effort",
+        max_length=SUMMARY_MAX_LENGTH,
+        description="The best-effort band.",
+    )
+
+
 class TeamQuotaStatus(ConditionsStatus):
     """The observed state of a TeamQuota."""
 
@@ -96,6 +118,13 @@ class TeamQuotaStatus(ConditionsStatus):
     reservations: Annotated[list[Reservation], ListMap(keys=("uid",))] = list_field(
         "Pods admitted whose usage the quota operator has not counted yet."
     )
+    summary: BandSummaries = object_field(
+        BandSummaries,
+        "Per band, what the team holds (`used` plus `reserved`, as admission counts it) "
+        "against the band's limit, such as `cpu 1/2, memory 1Gi/4Gi, pods 1/10`; "
+        "`unlimited` for a resource the band does not limit, `not granted` for a band "
+        "the spec leaves out.",
+    )
 
 
 class TeamQuota(Resource):
@@ -107,6 +136,24 @@ class TeamQuota(Resource):
         scope="Cluster",
         printer_columns=(
             PrinterColumn("Team", "string", ".spec.team", "Team the quota applies to."),
+            PrinterColumn(
+                "Production",
+                "string",
+                ".status.summary.production",
+                "Held against the limit in the production band (used/limit).",
+            ),
+            PrinterColumn(
+                "Batch",
+                "string",
+                ".status.summary.batch",
+                "Held against the limit in the batch band (used/limit).",
+            ),
+            PrinterColumn(
+                "Best-Effort",
+                "string",
+                ".status.summary.best-effort",
+                "Held against the limit in the best-effort band (used/limit).",
+            ),
             AGE_COLUMN,
         ),
     )

@@ -283,11 +283,14 @@ def run(state: Path, nodes: int = cluster.DEFAULT_NODES) -> int:
         production_during_burst(layout)
     print("==> kubectl get pilotfish -A")
     show(kubectl(layout, "get", "pilotfish", "-A"))
-    print("\nUse it:")
+    print("\nUse it (the export line puts the pinned kubectl and kubectl-pilotfish first on PATH):")
     for line in cluster.env_lines(state):
         print(f"    {line}")
-    print("    kubectl get pilotfish -A; kubectl pilotfish gates -A; kubectl pilotfish why POD")
-    print(f"Stop it:\n    make down    (or: pilotfish dev down --state {state})")
+    print("    kubectl get pilotfish -A")
+    print("    kubectl pilotfish gates -A")
+    print(f"    kubectl pilotfish why ledger-0 -n {NAMESPACE}")
+    print("Stop it:\n    make down")
+    print(f"    (or, after the export line: pilotfish dev down --state {state})")
     return 0
 
 

@@ -1,6 +1,9 @@
 """`kubectl pilotfish`: the kubectl plugin for people operating and using Pilotfish.
 
-Uses the caller's kubeconfig and identity (what they may see is what RBAC lets them see).
+Uses the caller's kubeconfig and identity (what they may see is what RBAC lets them see), and
+kubectl's global flags before or after the subcommand: --kubeconfig, --context, --cluster,
+--user, -n, -s/--server, --token, --certificate-authority, --client-certificate, --client-key,
+--insecure-skip-tls-verify, --request-timeout, --as, --as-group (repeatable), --as-uid.
 
   kubectl pilotfish gates [-n NS | -A] [-o table|wide|json]
   kubectl pilotfish gates release POD GATE --reason TEXT [--dry-run[=server]]
@@ -18,15 +21,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
 
 import pilotfish
 from pilotfish import names
 from pilotfish.cli import gates_cmd, rollout_cmd, why
-from pilotfish.cli.connect import Target, default_namespace, rest_client, whoami
-from pilotfish.kube.rest import Rest
+from pilotfish.cli.connect import Target, add_flags, default_namespace, rest_client, whoami
+from pilotfish.kube.rest import ApiError, Rest
 
 KINDS = (
     ("serviceworkloads", True),
@@ -37,55 +38,45 @@ KINDS = (
 )
 
 
-def _status(args: argparse.Namespace) -> int:
-    api = config.new_client_from_config(config_file=args.kubeconfig, context=args.context)
-    apps = client.AppsV1Api(api)
-    custom = client.CustomObjectsApi(api)
+async def _status_cmd(rest: Rest, namespace: str | None) -> int:
     print(f"{'KIND':<20} COUNT")
     for plural, namespaced in KINDS:
+        path = (
+            f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{namespace}/{plural}"
+            if namespaced and namespace
+            else f"/apis/{names.GROUP}/{names.VERSION}/{plural}"
+        )
         try:
-            if namespaced and args.namespace:
-                items = custom.list_namespaced_custom_object(
-                    names.GROUP, names.VERSION, args.namespace, plural
-                )["items"]
-            else:
-                items = custom.list_cluster_custom_object(names.GROUP, names.VERSION, plural)[
-                    "items"
-                ]
-            count: Any = len(items)
-        except ApiException as e:
+            count: Any = len((await rest.get(path)).get("items") or [])
+        except ApiError as e:
             count = f"error {e.status}: {e.reason}"
         print(f"{plural:<20} {count}")
     try:
-        deps = apps.list_namespaced_deployment(names.SYSTEM_NAMESPACE).items
-    except ApiException:
-        deps = []
-    for d in deps:
-        ready = d.status.ready_replicas or 0
-        print(f"deployment/{d.metadata.name:<28} {ready}/{d.spec.replicas} ready")
+        deps = await rest.get(f"/apis/apps/v1/namespaces/{names.SYSTEM_NAMESPACE}/deployments")
+    except ApiError:
+        deps = {}
+    for d in deps.get("items") or []:
+        ready = (d.get("status") or {}).get("readyReplicas") or 0
+        wanted = (d.get("spec") or {}).get("replicas")
+        print(f"deployment/{d['metadata']['name']:<28} {ready}/{wanted} ready")
     return 0
 
 
-def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
-    """kubectl's connection flags, accepted before or after the subcommand.
+def _status(args: argparse.Namespace) -> int:
+    namespace = vars(args).get("namespace")
+    return asyncio.run(_with_rest(args, lambda rest: _status_cmd(rest, namespace)))
 
-    Below the top level they default to SUPPRESS so a flag given before the subcommand is
-    not overwritten by the subcommand's own default.
-    """
-    default = None if top else argparse.SUPPRESS
-    parser.add_argument("--kubeconfig", default=default, help="path to the kubeconfig file")
-    parser.add_argument("--context", default=default, help="the kubeconfig context to use")
-    parser.add_argument(
-        "-n", "--namespace", default=default, help="namespace (default: the context's)"
-    )
+
+def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    add_flags(parser, top=top)
 
 
 def _target(args: argparse.Namespace) -> Target:
-    return Target(kubeconfig=args.kubeconfig, context=args.context)
+    return Target.from_args(args)
 
 
 def _namespace(args: argparse.Namespace) -> str:
-    return str(args.namespace or default_namespace(_target(args)))
+    return default_namespace(_target(args))
 
 
 async def _with_rest(args: argparse.Namespace, body: Callable[[Rest], Awaitable[int]]) -> int:
@@ -219,5 +210,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    try:
+        _target(args).impersonation_headers()
+    except ValueError as e:
+        p.error(str(e))
     sys.exit(args.func(args))
+
+
+if __name__ == "__main__":  # `python -m pilotfish.cli.kubectl_plugin`: krew's launcher
+    main()

@@ -117,26 +117,46 @@ LOOPBACK = "127.0.0.1"
 HOST_HELP = "address to listen on (default 127.0.0.1; in a cluster, the pod IP)"
 
 
+STATE_HELP = "state directory (default $PILOTFISH_STATE, else ~/.local/state/pilotfish/dev)"
+
+
+def _state_flag(p: argparse.ArgumentParser) -> None:
+    """`--state` after the verb too (`pilotfish dev down --state DIR`); SUPPRESS keeps a
+    `--state` given before the verb when none is given after it."""
+    p.add_argument("--state", default=argparse.SUPPRESS, help=STATE_HELP)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pilotfish", description=__doc__)
     p.add_argument("--log-level", default="INFO")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     dev = sub.add_parser("dev", help="the local control plane (etcd, apiserver, scheduler, kwok)")
-    dev.add_argument("--state", help="state directory (default $PILOTFISH_STATE or ~/.local/state)")
+    dev.add_argument("--state", help=STATE_HELP)
     dsub = dev.add_subparsers(dest="dev_cmd", required=True)
     upp = dsub.add_parser("up", help="start (or repair) the cluster; a no-op when it is up")
+    _state_flag(upp)
     upp.add_argument("--nodes", type=int, help=f"fake nodes (default {cluster.DEFAULT_NODES})")
     upp.add_argument("--port-offset", type=int, help="shift every local port (default 0)")
     upp.add_argument("--bare", action="store_true", help="do not install Pilotfish")
     downp = dsub.add_parser("down", help="stop what `up` started")
+    _state_flag(downp)
     downp.add_argument("--purge", action="store_true", help="also delete the state directory")
-    dsub.add_parser("status", help="components, pids, health (exit 1 unless all healthy)")
-    dsub.add_parser("env", help="print the export KUBECONFIG=... line")
+    _state_flag(
+        dsub.add_parser("status", help="components, pids, health (exit 1 unless all healthy)")
+    )
+    _state_flag(
+        dsub.add_parser(
+            "env",
+            help="print the export line: KUBECONFIG, and the pinned kubectl and "
+            "kubectl-pilotfish first on PATH (eval it in your shell)",
+        )
+    )
     supp = dsub.add_parser(
         "supervise",
         help="run a command, restarting it with backoff whenever it exits (as a kubelet would)",
     )
+    _state_flag(supp)
     supp.add_argument("--name", required=True, help="component name (its pid file in the state)")
     supp.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     dev.set_defaults(func=_dev)
@@ -209,7 +229,7 @@ def parser() -> argparse.ArgumentParser:
     op.set_defaults(func=_operator)
 
     demo = sub.add_parser("demo", help="local cluster + Pilotfish + an example of each kind")
-    demo.add_argument("--state")
+    demo.add_argument("--state", help=STATE_HELP)
     demo.add_argument("--nodes", type=int, default=cluster.DEFAULT_NODES)
     demo.set_defaults(func=_demo)
     return p

@@ -255,8 +255,8 @@ async def pause_cmd(rest: Rest, ns: str, name: str, paused: bool) -> int:
 
 
 def _run(args: argparse.Namespace, body: Callable[[Rest, str], Awaitable[int]]) -> int:
-    target = Target(kubeconfig=args.kubeconfig, context=args.context)
-    ns = str(args.namespace or default_namespace(target))
+    target = Target.from_args(args)
+    ns = default_namespace(target)
 
     async def go() -> int:
         try:

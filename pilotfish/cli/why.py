@@ -15,13 +15,13 @@ from __future__ import annotations
 import datetime
 import sys
 from collections.abc import Callable, Sequence
-from fractions import Fraction
 from typing import Any, Final, TextIO
 
-from pilotfish import gates, quota
+from pilotfish import gates
 from pilotfish.cli.gates_cmd import RestLike, condition_text, state_condition
 from pilotfish.cli.output import ago, human_duration
-from pilotfish.kube.rest import NAMESPACES, PODS, TEAMQUOTAS, ApiError, Resource
+from pilotfish.cli.whyquota import quota_layer
+from pilotfish.kube.rest import PODS, ApiError, Resource
 from pilotfish.timeutil import parse_time_or_none as _time
 from pilotfish.timeutil import utcnow
 
@@ -345,43 +345,6 @@ def explain(
     return lines
 
 
-def quota_sentence(
-    pod: dict[str, Any], team: str | None, teamquota: dict[str, Any] | None
-) -> str | None:
-    """The quota layer, with amounts: where the pod's band stands in its team's TeamQuota.
-
-    Admission counts `used + reserved` against the band's limits (the same arithmetic as
-    `pilotfish.quota`); this says which resource holds the pod back and by how much.
-    """
-    band = quota.pod_band(pod, default="")
-    if not team or not band:
-        return None
-    if teamquota is None or quota.band_limits(teamquota, band) is None:
-        return f"Quota: team {team} has no TeamQuota granting the {band} band."
-    limits = quota.band_limits(teamquota, band) or {}
-    st = teamquota.get("status") or {}
-    used = quota.add(
-        quota.parse_band_resources((st.get("used") or {}).get(band)),
-        quota.parse_band_resources((st.get("reserved") or {}).get(band)),
-    )
-    asks = quota.pod_requests(pod)
-    if quota.counts_against_quota(pod):
-        # Already counted in `used`: ask whether it would fit next to the others.
-        used = {k: v - asks.get(k, Fraction(0)) for k, v in used.items()}
-    over = quota.excess(limits, used, asks)
-    name = teamquota["metadata"]["name"]
-    if over:
-        return f"Quota (TeamQuota {name}): " + "; ".join(
-            quota.describe(team, band, e) for e in over
-        )
-    fmt = quota.format_quantity
-    room = ", ".join(
-        f"{r} {fmt(r, used.get(r, Fraction(0)))} of {fmt(r, lim)}"
-        for r, lim in sorted(limits.items())
-    )
-    return f"Quota (TeamQuota {name}): within the {band} band's limits ({room} used)."
-
-
 async def run(
     rest: RestLike,
     namespace: str,
@@ -407,28 +370,7 @@ async def run(
         events = []
     for line in explain(pod, events, now()):
         print(line, file=out)
-    sentence = await _quota_layer(rest, pod, namespace, err)
+    sentence = await quota_layer(rest, pod, namespace, err)
     if sentence:
         print(sentence, file=out)
     return 0
-
-
-async def _quota_layer(
-    rest: RestLike, pod: dict[str, Any], namespace: str, err: TextIO
-) -> str | None:
-    """Read what the quota layer needs (namespace labels, the team's TeamQuota); a caller
-    without the right to read them is told so rather than given a wrong answer."""
-    try:
-        ns = await rest.request("GET", NAMESPACES.path(name=namespace))
-        team = quota.pod_team(pod, (ns.get("metadata") or {}).get("labels"))
-        if not team or not quota.pod_band(pod, default=""):
-            return None
-        quotas, _ = await rest.list_pages(TEAMQUOTAS.path())
-    except ApiError as e:
-        print(f"warning: cannot read the team quota ({e.status} {e.message})", file=err)
-        return None
-    mine = sorted(
-        (q for q in quotas if (q.get("spec") or {}).get("team") == team),
-        key=lambda q: str(q["metadata"]["name"]),
-    )
-    return quota_sentence(pod, team, mine[0] if mine else None)

@@ -14,13 +14,14 @@ import dataclasses
 import json
 import logging
 import os
+import shlex
 import shutil
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -394,7 +395,20 @@ def status(state: Path) -> dict[str, Any]:
 
 
 def env_lines(state: Path) -> list[str]:
-    return [f"export KUBECONFIG={Layout(state).admin_kubeconfig}"]
+    """The shell line after which `kubectl` and `kubectl pilotfish` just work.
+
+    KUBECONFIG is the cluster's admin kubeconfig; PATH gets the pinned binaries first (a
+    system kubectl may be several minor versions behind the API server) and then this
+    interpreter's bin directory, where pip put the `kubectl-pilotfish` plugin kubectl looks
+    for on PATH.
+    """
+    dirs: list[str] = []
+    with suppress(binaries.MissingBinaries):  # unbuilt: the plugin still is there
+        dirs.append(str(binaries.bin_dir()))
+    dirs.append(str(Path(sys.executable).parent))
+    path = ":".join(shlex.quote(d) for d in dict.fromkeys(dirs))
+    kubeconfig = shlex.quote(str(Layout(state).admin_kubeconfig))
+    return [f"export KUBECONFIG={kubeconfig} PATH={path}:$PATH"]
 
 
 @contextmanager

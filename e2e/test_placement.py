@@ -130,6 +130,20 @@ def test_a_zone_that_does_not_exist_leaves_pods_pending_with_the_schedulers_reas
         ]
         assert exprs == [(names.LABEL_ZONE, "In", ["zone-x"])]
 
+    def workload_says_why() -> dict[str, Any] | None:
+        sw = k8s.CustomObjectsApi(env.api).get_namespaced_custom_object(
+            names.GROUP, names.VERSION, namespace, "serviceworkloads", "nowhere"
+        )
+        for cond in (sw.get("status") or {}).get("conditions") or []:
+            if cond["type"] == "PodsUnschedulable" and cond["status"] == "True":
+                return dict(cond)
+        return None
+
+    cond = wait_until("nowhere's PodsUnschedulable condition", workload_says_why, timeout=60)
+    assert cond["reason"] == "Unschedulable"
+    assert cond["message"].startswith("2 of 2 pods cannot be placed; nowhere-"), cond
+    assert "node affinity/selector" in cond["message"], cond
+
 
 def test_gpus_become_the_first_containers_request_and_no_node_has_them(
     env: Env, namespace: str, tenant: Tenant

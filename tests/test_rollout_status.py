@@ -28,6 +28,7 @@ from pilotfish.operators.serviceworkload.rolling import (
     resolve_budget,
 )
 from pilotfish.operators.serviceworkload.status import (
+    PODS_UNSCHEDULABLE,
     REASON_MIN_AVAILABLE,
     REASON_MIN_UNAVAILABLE,
     compute_status,
@@ -328,3 +329,34 @@ def test_pdb_is_patched_only_when_it_differs() -> None:
     ops = pdb_patch(body, desired_spec("web", Budget(3, 1, 2)))
     assert ops is not None and ops[0]["value"] == "5"
     assert ops[1]["value"]["maxUnavailable"] == 2
+
+
+# -- pods the scheduler cannot place --------------------------------------------------------
+
+NO_ZONE = "0/12 nodes are available: 12 node(s) didn't match Pod's node affinity/selector."
+
+
+def test_pods_the_scheduler_cannot_place_are_a_condition_with_its_reason() -> None:
+    pods = [
+        pod("a", "new"),
+        PodState("b", "new", created_at=NOW - 100, unschedulable=NO_ZONE),
+    ]
+    status = status_for(pods)
+    [cond] = [c for c in status["conditions"] if c["type"] == PODS_UNSCHEDULABLE]
+    assert (cond["status"], cond["reason"]) == ("True", "Unschedulable")
+    assert cond["message"] == f"1 of 2 pods cannot be placed; b: {NO_ZONE}"
+    # Once placed, the condition is gone (as ReplicaFailure goes), not left False.
+    placed = status_for([pod("a", "new"), pod("b", "new")], previous=status)
+    assert PODS_UNSCHEDULABLE not in conditions(placed)
+
+
+def test_pod_state_reads_the_schedulers_reason_but_not_a_gated_pods() -> None:
+    def with_scheduled(reason: str, message: str = NO_ZONE) -> dict[str, Any]:
+        cond = {"type": "PodScheduled", "status": "False", "reason": reason, "message": message}
+        raw = raw_pod(phase="Pending", conditions=[cond])
+        raw["spec"].pop("nodeName")
+        return raw
+
+    assert pod_state(with_scheduled("Unschedulable"), NOW).unschedulable == NO_ZONE
+    assert pod_state(with_scheduled("SchedulingGated"), NOW).unschedulable is None
+    assert pod_state(raw_pod(phase="Running"), NOW).unschedulable is None

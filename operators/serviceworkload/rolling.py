@@ -78,6 +78,8 @@ class PodState:
     drain_requested_at: float | None = None
     drained_at: float | None = None
     has_address: bool = False  # has a pod IP, so it may be in an EndpointSlice
+    # The scheduler's reason while it cannot place the pod (PodScheduled False, Unschedulable).
+    unschedulable: str | None = None
 
     @property
     def counted(self) -> bool:

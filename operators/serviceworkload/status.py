@@ -51,6 +51,11 @@ REASON_MIN_AVAILABLE: Final = "MinimumReplicasAvailable"
 REASON_MIN_UNAVAILABLE: Final = "MinimumReplicasUnavailable"
 
 REPLICA_FAILURE: Final = "ReplicaFailure"
+# Present, and True, while the scheduler has tried and cannot place some of the workload's
+# pods: a placement nothing satisfies says so here, with the scheduler's (and the
+# extender's) own words, instead of leaving the pods silently Pending.
+PODS_UNSCHEDULABLE: Final = "PodsUnschedulable"
+REASON_UNSCHEDULABLE: Final = "Unschedulable"
 # Reasons of the ReplicaFailure condition (and of Progressing while it is True).
 REASON_FAILED_CREATE: Final = "FailedCreate"
 REASON_QUOTA_EXCEEDED: Final = "QuotaExceeded"
@@ -211,8 +216,19 @@ def compute_status(
     if failure is not None:
         f = ("True", failure.reason, failure.message)
         conditions.append(set_condition(prev_conditions, REPLICA_FAILURE, *f, generation, now_str))
+    unplaced = [p for p in active if not p.scheduled and p.unschedulable]
+    if unplaced:
+        u = (
+            "True",
+            REASON_UNSCHEDULABLE,
+            f"{len(unplaced)} of {len(active)} pods cannot be placed; "
+            f"{unplaced[0].name}: {unplaced[0].unschedulable}",
+        )
+        conditions.append(
+            set_condition(prev_conditions, PODS_UNSCHEDULABLE, *u, generation, now_str)
+        )
     # Conditions other writers may have added are kept as they are.
-    mine = {AVAILABLE, PROGRESSING, STALLED, REPLICA_FAILURE}
+    mine = {AVAILABLE, PROGRESSING, STALLED, REPLICA_FAILURE, PODS_UNSCHEDULABLE}
     conditions += [dict(c) for c in prev_conditions if c.get("type") not in mine]
     status: Obj = {
         "observedGeneration": generation,

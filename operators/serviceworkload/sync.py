@@ -64,6 +64,17 @@ def _ready_since(pod: Mapping[str, Any], created: float) -> float | None:
     return None
 
 
+def _unschedulable(pod: Mapping[str, Any]) -> str | None:
+    """The scheduler's message while it has tried and cannot place the pod (a gated pod
+    was never tried: its reason is SchedulingGated, not Unschedulable)."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled":
+            if cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+                return str(cond.get("message") or "no reason given by the scheduler")
+            return None
+    return None
+
+
 def pod_state(pod: Mapping[str, Any], now: float) -> PodState:
     """The planner's view of a pod. An unreadable drain-request time counts as long ago
     (the request is there; waiting forever on an unreadable time would wedge the pod)."""
@@ -85,6 +96,7 @@ def pod_state(pod: Mapping[str, Any], now: float) -> PodState:
         drain_requested_at=None if not drain else (parse_time(drain) or 0.0),
         drained_at=parse_time(annotations.get(ANNOTATION_DRAINED)),
         has_address=bool(status.get("podIP")),
+        unschedulable=_unschedulable(pod),
     )
 
 

@@ -312,3 +312,11 @@ def test_every_pod_keeps_the_templates_own_containers_and_fields(
             assert {"key": names.LABEL_ZONE, "operator": "In", "values": place.zones} in term[
                 "matchExpressions"
             ]
+
+
+def test_a_batch_workloads_placement_applies_as_a_services_does() -> None:
+    bw = workload({"zones": ["zone-c"], "spread": "node"})
+    bw["kind"] = "BatchWorkload"
+    spec = pod_body(bw, TEMPLATE, "abc", "job-abc-xyz12", "batch")["spec"]
+    assert terms(spec)[0]["matchExpressions"][0]["values"] == ["zone-c"]
+    assert [c["topologyKey"] for c in spec["topologySpreadConstraints"]] == [LABEL_HOSTNAME]

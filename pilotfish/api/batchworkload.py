@@ -16,7 +16,9 @@ from pilotfish.api.base import (
     Resource,
     TeamName,
     Time,
+    object_field,
 )
+from pilotfish.api.serviceworkload import Placement
 
 # Condition types the batch operator maintains.
 COMPLETE: Final = "Complete"
@@ -51,6 +53,9 @@ class BatchWorkloadSpec(ApiModel):
         description="Priority band: production, batch or best-effort.",
     )
     team: TeamName = Field(description="Team that owns the workload and whose quota it uses.")
+    placement: Placement = object_field(
+        Placement, "Where the tasks may run and how they are spread (as for ServiceWorkload)."
+    )
     backoff_limit: int = Field(
         default=6,
         ge=0,

@@ -11,6 +11,7 @@ Where the cluster comes from:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -291,21 +292,18 @@ def tenant_of(env: Env, namespace: str, user: str | None = None) -> Tenant:
     api.set_default_header("Impersonate-Group", "system:authenticated")
     authz = k8s.AuthorizationV1Api(api)
 
-    def can_create_pods() -> bool:
-        review = authz.create_self_subject_access_review(
-            {
-                "spec": {
-                    "resourceAttributes": {
-                        "namespace": namespace,
-                        "verb": "create",
-                        "resource": "pods",
-                    }
-                }
-            }
-        )
+    def may_create(group: str, resource: str) -> bool:
+        attrs = {"namespace": namespace, "verb": "create", "group": group, "resource": resource}
+        review = authz.create_self_subject_access_review({"spec": {"resourceAttributes": attrs}})
         return bool(review.status.allowed)
 
-    wait_until(f"{user} may create pods in {namespace}", can_create_pods, timeout=30)
+    # Pods from `edit` itself; ServiceWorkloads through the chart's aggregation into `edit`.
+    for group, resource in (("", "pods"), (names.GROUP, "serviceworkloads")):
+        wait_until(
+            f"{user} may create {resource} in {namespace}",
+            functools.partial(may_create, group, resource),
+            timeout=30,
+        )
     return Tenant(user, namespace, api, env)
 
 

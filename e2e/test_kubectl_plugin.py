@@ -248,6 +248,23 @@ def has_gate_policy(env: Env) -> bool:
 # --- listing and explaining gated pods ------------------------------------------------------
 
 
+def patched_by(env: Env, ns: str, pod: str, key: str, username: str) -> bool:
+    """The API server's audit log has a successful patch of `pod` whose `key` (`user`, or
+    `impersonatedUser` for a request made with --as) is `username`."""
+    for line in (env.require_local().logs / "audit.log").read_text().splitlines():
+        e = json.loads(line)
+        ref = e.get("objectRef") or {}
+        if (
+            e.get("verb") == "patch"
+            and ref.get("namespace") == ns
+            and ref.get("name") == pod
+            and (e.get(key) or {}).get("username") == username
+            and (e.get("responseStatus") or {}).get("code") == 200
+        ):
+            return True
+    return False
+
+
 def test_gates_lists_a_gated_pod_with_its_deadline(env: Env, ns: str) -> None:
     body = gated_pod("batch-0", (DATA, WAREHOUSE))
     k8s.CoreV1Api(env.api).create_namespaced_pod(ns, body)
@@ -347,23 +364,9 @@ def test_release_removes_only_that_gate_and_records_who_and_why(
     assert f"does not hold gate {DATA}; it holds: {WAREHOUSE}" in res.stderr
 
     # The API server's audit log names who removed the gate.
-    layout = env.require_local()
-
-    def audited() -> bool:
-        for line in (layout.logs / "audit.log").read_text().splitlines():
-            e = json.loads(line)
-            ref = e.get("objectRef") or {}
-            if (
-                e.get("verb") == "patch"
-                and ref.get("namespace") == ns
-                and ref.get("name") == "batch-3"
-                and (e.get("user") or {}).get("username") == ONCALL
-                and (e.get("responseStatus") or {}).get("code") == 200
-            ):
-                return True
-        return False
-
-    wait_until("the audit log entry of the release", audited)
+    wait_until(
+        "the audit log entry of the release", lambda: patched_by(env, ns, "batch-3", "user", ONCALL)
+    )
 
 
 def test_cancel_deletes_the_gated_pod_with_an_event(env: Env, ns: str) -> None:
@@ -483,23 +486,10 @@ def test_release_as_another_identity_is_judged_as_that_identity(
     assert oncall in events[0].message
 
     # The API server's audit log has the admin acting as oncall-bob.
-    layout = env.require_local()
-
-    def audited() -> bool:
-        for line in (layout.logs / "audit.log").read_text().splitlines():
-            e = json.loads(line)
-            ref = e.get("objectRef") or {}
-            if (
-                e.get("verb") == "patch"
-                and ref.get("namespace") == ns
-                and ref.get("name") == "batch-as"
-                and (e.get("impersonatedUser") or {}).get("username") == oncall
-                and (e.get("responseStatus") or {}).get("code") == 200
-            ):
-                return True
-        return False
-
-    wait_until("the audit log entry of the impersonated release", audited)
+    wait_until(
+        "the audit log entry of the impersonated release",
+        lambda: patched_by(env, ns, "batch-as", "impersonatedUser", oncall),
+    )
 
 
 def test_gates_list_as_a_user_without_rights_is_refused_naming_them(env: Env, ns: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from e2e.conftest import Env, Tenant, tenant_of, wait_until
+from e2e.conftest import Env, Tenant, wait_until
 from e2e.test_serviceworkload import pods_of, template
 from pilotfish import names
 from pilotfish.devcluster.nodes import node_name
@@ -36,21 +36,6 @@ def ssd_nodes(env: Env) -> Iterator[tuple[str, ...]]:
     finally:
         for node in SSD_NODES:
             core.patch_node(node, {"metadata": {"labels": {"disk": None}}})
-
-
-@pytest.fixture
-def tenant(env: Env, namespace: str) -> Tenant:
-    """The namespace's `edit` tenant, once it may create ServiceWorkloads (aggregated)."""
-    user = tenant_of(env, namespace)
-    authz = k8s.AuthorizationV1Api(user.api)
-
-    def may_create_workloads() -> bool:
-        attrs = {"namespace": namespace, "verb": "create", "group": names.GROUP, "resource": PLURAL}
-        review = authz.create_self_subject_access_review({"spec": {"resourceAttributes": attrs}})
-        return bool(review.status.allowed)
-
-    wait_until(f"{user.user} may create ServiceWorkloads", may_create_workloads, timeout=30)
-    return user
 
 
 def create(tenant: Tenant, name: str, replicas: int, placement: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from e2e.conftest import Env, Tenant, tenant_of, wait_until
+from e2e.conftest import Env, Tenant, wait_until
 from e2e.teams import own_team
 from e2e.test_serviceworkload import ready_pods, template
 from pilotfish import names
@@ -31,21 +31,6 @@ def team(env: Env, namespace: str) -> Iterator[str]:
     """The namespace's own team (set by the platform, as an admin), with no quota yet."""
     with own_team(env, namespace) as name:
         yield name
-
-
-@pytest.fixture
-def tenant(env: Env, namespace: str) -> Tenant:
-    """The namespace's `edit` tenant: the chart aggregates Pilotfish's workloads into `edit`."""
-    user = tenant_of(env, namespace)
-    authz = k8s.AuthorizationV1Api(user.api)
-
-    def may_create_workloads() -> bool:
-        attrs = {"namespace": namespace, "verb": "create", "group": names.GROUP, "resource": SW}
-        review = authz.create_self_subject_access_review({"spec": {"resourceAttributes": attrs}})
-        return bool(review.status.allowed)
-
-    wait_until(f"{user.user} may create ServiceWorkloads", may_create_workloads, timeout=30)
-    return user
 
 
 def grant(env: Env, namespace: str, team: str, production: dict[str, Any]) -> None:

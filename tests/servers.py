@@ -15,6 +15,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+from aiohttp import web
+
 from pilotfish import httpserver
 from pilotfish.devcluster import pki
 
@@ -97,3 +99,22 @@ async def seconds_until_closed(
         writer.close()
         with contextlib.suppress(OSError, ssl.SSLError):
             await writer.wait_closed()
+
+
+def impatient_tls_server(
+    app: web.Application, certs: pki.Pki, stem: str
+) -> Callable[[int], Awaitable[None]]:
+    """A `serving` start function: `app` over mutual TLS as `stem`, with a request-head
+    deadline of 0.5 s so tests of slow clients finish quickly."""
+
+    async def start(port: int) -> None:
+        await httpserver.run_until_cancelled(
+            app,
+            "127.0.0.1",
+            port,
+            name=stem,
+            ssl_context=server_tls(certs, stem),
+            header_timeout=0.5,
+        )
+
+    return start

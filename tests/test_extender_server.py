@@ -19,7 +19,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
-from pilotfish import httpserver
 from pilotfish.extender import decide, server, wire
 from pilotfish.extender.snapshot import Snapshot
 from pilotfish.extender.wire import MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY, clamp_score
@@ -27,8 +26,8 @@ from tests.servers import (
     client_tls,
     dev_pki,
     free_port,
+    impatient_tls_server,
     seconds_until_closed,
-    server_tls,
     serving,
     wait_listening,
 )
@@ -351,18 +350,7 @@ async def test_only_a_client_signed_by_the_client_ca_is_served(tmp_path: Path) -
 
 async def test_a_half_sent_request_is_closed(tmp_path: Path) -> None:
     certs = dev_pki(tmp_path)
-    app = server.make_app(server.Extender(cluster()))
-
-    async def start(port: int) -> None:
-        await httpserver.run_until_cancelled(
-            app,
-            "127.0.0.1",
-            port,
-            name="extender",
-            ssl_context=server_tls(certs, "extender"),
-            header_timeout=0.5,
-        )
-
+    start = impatient_tls_server(server.make_app(server.Extender(cluster())), certs, "extender")
     async with serving(start) as port:
         sent = b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Le"
         assert await seconds_until_closed(port, sent, client_tls(certs), limit=5) < 3

@@ -28,6 +28,7 @@ from pilotfish.operators.serviceworkload.rolling import (
     resolve_budget,
 )
 from pilotfish.operators.serviceworkload.status import (
+    CONDITION_MESSAGE_MAX,
     PODS_UNSCHEDULABLE,
     REASON_MIN_AVAILABLE,
     REASON_MIN_UNAVAILABLE,
@@ -360,3 +361,11 @@ def test_pod_state_reads_the_schedulers_reason_but_not_a_gated_pods() -> None:
     assert pod_state(with_scheduled("Unschedulable"), NOW).unschedulable == NO_ZONE
     assert pod_state(with_scheduled("SchedulingGated"), NOW).unschedulable is None
     assert pod_state(raw_pod(phase="Running"), NOW).unschedulable is None
+
+
+def test_a_long_scheduler_reason_is_cut_to_the_condition_bound() -> None:
+    long = PodState("b", "new", created_at=NOW - 100, unschedulable="x" * 100_000)
+    status = status_for([pod("a", "new"), long])
+    [cond] = [c for c in status["conditions"] if c["type"] == PODS_UNSCHEDULABLE]
+    assert len(cond["message"]) == CONDITION_MESSAGE_MAX
+    assert cond["message"].endswith(" ...")

@@ -30,6 +30,7 @@ from tests.servers import (
     client_tls,
     dev_pki,
     free_port,
+    impatient_tls_server,
     seconds_until_closed,
     server_tls,
     serving,
@@ -366,18 +367,7 @@ async def test_health_port_answers_probes_without_a_certificate(tmp_path: Path) 
 
 async def test_half_sent_requests_are_closed_after_the_head_deadline(tmp_path: Path) -> None:
     certs = dev_pki(tmp_path)
-    app = server.make_app()
-
-    async def start(port: int) -> None:
-        await httpserver.run_until_cancelled(
-            app,
-            "127.0.0.1",
-            port,
-            name="webhooks",
-            ssl_context=server_tls(certs, "webhooks"),
-            header_timeout=0.5,
-        )
-
+    start = impatient_tls_server(server.make_app(), certs, "webhooks")
     async with serving(start) as port:
         context = client_tls(certs)
         head = b"POST /validate/pods HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

@@ -56,6 +56,8 @@ REPLICA_FAILURE: Final = "ReplicaFailure"
 # extender's) own words, instead of leaving the pods silently Pending.
 PODS_UNSCHEDULABLE: Final = "PodsUnschedulable"
 REASON_UNSCHEDULABLE: Final = "Unschedulable"
+# As long as an Event's note may be (events.k8s.io/v1): enough for any denial a person reads.
+CONDITION_MESSAGE_MAX: Final = 1024
 # Reasons of the ReplicaFailure condition (and of Progressing while it is True).
 REASON_FAILED_CREATE: Final = "FailedCreate"
 REASON_QUOTA_EXCEEDED: Final = "QuotaExceeded"
@@ -112,7 +114,13 @@ def set_condition(
     generation: int | None,
     now: str,
 ) -> Obj:
-    """One condition, keeping its lastTransitionTime when its status did not change."""
+    """One condition, keeping its lastTransitionTime when its status did not change.
+
+    The message is cut at `CONDITION_MESSAGE_MAX`: it quotes the API server's denials and
+    the scheduler's reasons, whose length the workload's owner does not bound.
+    """
+    if len(message) > CONDITION_MESSAGE_MAX:
+        message = message[: CONDITION_MESSAGE_MAX - 4] + " ..."
     old = next((c for c in conditions if c.get("type") == type_), None)
     since = old.get("lastTransitionTime") if old and old.get("status") == status else None
     out: Obj = {

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Protocol
 
+from pilotfish.kube.factory import InformerFactory
 from pilotfish.kube.informer import Informer, Obj, object_key
-from pilotfish.kube.rest import GATEPOLICIES, Rest
+from pilotfish.kube.rest import GATEPOLICIES
 from pilotfish.webhooks.gateview import BrokenPolicy, GateView, PolicyEntry, parse_policy
 
 log = logging.getLogger(__name__)
@@ -57,8 +58,8 @@ class GatePolicyCache:
         informer.add_handler(self._on_event)
 
     @classmethod
-    def watching(cls, rest: Rest) -> GatePolicyCache:
-        return cls(Informer(rest, GATE_POLICIES))
+    def watching(cls, factory: InformerFactory) -> GatePolicyCache:
+        return cls(factory.informer(GATE_POLICIES))
 
     def synced(self) -> bool:
         return self.informer.synced.is_set()
@@ -85,7 +86,3 @@ class GatePolicyCache:
                 )
             self._entries[key] = entry
         self._view = None
-
-    async def run(self) -> None:
-        """List and watch until cancelled (the informer retries on its own)."""
-        await self.informer.run()

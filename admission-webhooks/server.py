@@ -32,14 +32,15 @@ import inspect
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final
 
 from aiohttp import web
 
-from pilotfish import httpserver, metrics
+from pilotfish import httpserver, metrics, tasks
 from pilotfish.httpserver import BadRequest
 from pilotfish.kube.client import api_client
+from pilotfish.kube.factory import InformerFactory
 from pilotfish.kube.rest import Rest
 from pilotfish.timeutil import utcnow as utc_now
 from pilotfish.webhooks import pods, podupdate, quantities, templates, workloads
@@ -232,17 +233,20 @@ async def serve(
         )
     if views is not None:
         app = make_app(bind_reviews(views, clock))
-        await httpserver.run_together(
-            "webhooks",
-            httpserver.run_until_cancelled(app, host, port, name="webhooks", ssl_context=context),
-            *_health(host, health_port, lambda: True),
+        await tasks.run_guarded(
+            {
+                "webhooks": httpserver.run_until_cancelled(
+                    app, host, port, name="webhooks", ssl_context=context
+                ),
+                **_health(host, health_port, lambda: True),
+            }
         )
-        return
     api = await api_client(kubeconfig)
     try:
         rest = Rest(api)
-        cache = GatePolicyCache.watching(rest)
-        teams = TeamCache(rest)
+        factory = InformerFactory(rest)
+        cache = GatePolicyCache.watching(factory)
+        teams = TeamCache(factory)
 
         def ready() -> bool:
             return cache.synced() and teams.synced()
@@ -258,39 +262,39 @@ async def serve(
             ),
             ready=ready,
         )
-        await httpserver.run_together(
-            "webhooks",
-            httpserver.run_until_cancelled(app, host, port, name="webhooks", ssl_context=context),
-            *_health(host, health_port, ready),
-            _watch(cache),
-            teams.run(),
+        await tasks.run_guarded(
+            {
+                "webhooks": httpserver.run_until_cancelled(
+                    app, host, port, name="webhooks", ssl_context=context
+                ),
+                **_health(host, health_port, ready),
+                "informers": factory.run(),
+                "announce": _announce(factory, cache),
+            }
         )
     finally:
         await api.close()
 
 
-def _health(host: str, port: int | None, ready: Callable[[], bool]) -> list[Awaitable[None]]:
+def _health(
+    host: str, port: int | None, ready: Callable[[], bool]
+) -> dict[str, Coroutine[Any, Any, None]]:
     if port is None:
-        return []
+        return {}
     app = httpserver.health_app(ready, NOT_SYNCED)
-    return [httpserver.run_until_cancelled(app, host, port, name="webhooks-health")]
+    return {"health": httpserver.run_until_cancelled(app, host, port, name="webhooks-health")}
 
 
-async def _watch(cache: GatePolicyCache) -> None:
+async def _announce(factory: InformerFactory, cache: GatePolicyCache) -> None:
+    """Log once the views have listed (from then on pods are admitted); then stay, as every
+    guarded task does."""
     started = time.monotonic()
-
-    async def announce() -> None:
-        await cache.informer.synced.wait()
-        log.info(
-            "GatePolicy view synced; admitting pods",
-            extra={
-                "policies": len(cache.informer.store),
-                "seconds": round(time.monotonic() - started, 3),
-            },
-        )
-
-    announcer = asyncio.create_task(announce())
-    try:
-        await cache.run()
-    finally:
-        announcer.cancel()
+    await factory.wait_synced()
+    log.info(
+        "GatePolicy and team views synced; admitting pods",
+        extra={
+            "policies": len(cache.informer.store),
+            "seconds": round(time.monotonic() - started, 3),
+        },
+    )
+    await asyncio.Event().wait()

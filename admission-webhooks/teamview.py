@@ -8,23 +8,20 @@ pod admitted without its quota check would hold capacity nobody granted.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from pilotfish import metrics
-from pilotfish.kube.informer import Informer
-from pilotfish.kube.rest import NAMESPACES, TEAMQUOTAS, ApiError, Rest
+from pilotfish.kube.factory import InformerFactory
+from pilotfish.kube.rest import NAMESPACES, TEAMQUOTAS
+from pilotfish.ledger import Ledger, Reservation
+from pilotfish.reservations import Refused, Reserver
 from pilotfish.webhooks import quota as quota_rules
 
 log = logging.getLogger(__name__)
-
-# Attempts at a reservation before the pod is refused as "quota busy": each conflict means
-# another pod's reservation landed first, and the next attempt decides with it counted.
-RESERVE_ATTEMPTS: Final = 8
 
 
 @dataclass(frozen=True)
@@ -52,16 +49,14 @@ class TeamSource(Protocol):
 
 
 class TeamCache:
-    def __init__(self, rest: Rest) -> None:
-        self.rest = rest
-        self.namespaces = Informer(rest, NAMESPACES)
-        self.quotas = Informer(rest, TEAMQUOTAS)
-        # Reservations against one TeamQuota are written one at a time by this process, each
-        # from the object the previous write returned: concurrent admissions then queue here
-        # instead of all but one losing a resourceVersion race at the API server (conflicts
-        # remain possible across webhook replicas and with the quota operator).
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._latest: dict[str, Mapping[str, Any]] = {}
+    def __init__(self, factory: InformerFactory) -> None:
+        self.rest = rest = factory.rest
+        self.namespaces = factory.informer(NAMESPACES)
+        self.quotas = factory.informer(TEAMQUOTAS)
+        # The one way to spend quota (`pilotfish.reservations`), from this process's view.
+        self.reserver = Reserver(
+            rest, self.quotas, "webhooks-quota", on_conflict=metrics.WEBHOOK_QUOTA_CONFLICTS.inc
+        )
 
     def synced(self) -> bool:
         return self.namespaces.synced.is_set() and self.quotas.synced.is_set()
@@ -75,9 +70,6 @@ class TeamCache:
         }
         return TeamSnapshot(labels, tuple(self.quotas.store.values()))
 
-    async def run(self) -> None:
-        await asyncio.gather(self.namespaces.run(), self.quotas.run())
-
     async def reserve(
         self,
         pod: Mapping[str, Any],
@@ -88,72 +80,16 @@ class TeamCache:
     ) -> str | None:
         """Write the reservation; None when it holds, else why the pod must be refused.
 
-        Starts from the informer's copy (usually current); on a conflict re-reads the
-        TeamQuota and decides again, so a pod admitted here has been counted against every
-        reservation that landed before it.
+        Decides again on the newest TeamQuota this process knows (the informer's copy may
+        predate a reservation written a moment ago), and again after every conflict, so a
+        pod admitted here has been counted against every reservation that landed before it.
         """
-        name = str(first.quota_name)
-        lock = self._locks.setdefault(name, asyncio.Lock())
-        async with lock:
-            return await self._reserve_locked(name, pod, namespace_labels, band, first, now)
 
-    async def _reserve_locked(
-        self,
-        name: str,
-        pod: Mapping[str, Any],
-        namespace_labels: Mapping[str, str],
-        band: str,
-        first: quota_rules.Admit,
-        now: datetime,
-    ) -> str | None:
-        tq = _newest(self._latest.get(name), self.quotas.get(name))
-        # Decide again from the newest copy this process knows: the informer's may predate a
-        # reservation this process wrote a moment ago.
-        decision: quota_rules.Outcome = (
-            quota_rules.decide(pod, namespace_labels, band, [tq], now) if tq else first
-        )
-        fresh = False
-        for _ in range(RESERVE_ATTEMPTS):
+        def spend(book: Ledger) -> Sequence[Reservation] | str:
+            decision = quota_rules.decide(pod, namespace_labels, band, [book.source], now)
             if not isinstance(decision, quota_rules.Admit):
-                if fresh or tq is None:
-                    return decision.message
-                # Refuse only on the API server's current copy: the cached one may still hold
-                # reservations the quota operator has since settled.
-                tq = self._latest[name] = await self.rest.get(TEAMQUOTAS.path(name=name))
-                decision = quota_rules.decide(pod, namespace_labels, band, [tq], now)
-                fresh = True
-                continue
-            if decision.reservation is None or tq is None:
-                return None
-            body = quota_rules.with_reservation(tq, decision.reservation)
-            path = TEAMQUOTAS.path(name=name, sub="status")
-            try:
-                self._latest[name] = await self.rest.replace(path, body)
-                return None
-            except ApiError as e:
-                if not e.conflict:
-                    raise
-                metrics.WEBHOOK_QUOTA_CONFLICTS.inc()
-            tq = self._latest[name] = await self.rest.get(TEAMQUOTAS.path(name=name))
-            decision = quota_rules.decide(pod, namespace_labels, band, [tq], now)
-            fresh = True
-        log.warning("quota reservation kept conflicting", extra={"quota": first.quota_name})
-        return (
-            f"TeamQuota {first.quota_name} is being updated by many admissions at once; "
-            "retry the request"
-        )
+                return decision.message
+            return [] if decision.reservation is None else [decision.reservation]
 
-
-def _newest(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """The later of two copies of one object by resourceVersion (etcd revisions, which
-    increase), or whichever exists."""
-    if a is None or b is None:
-        return a or b
-
-    def rv(o: Mapping[str, Any]) -> int:
-        try:
-            return int((o.get("metadata") or {}).get("resourceVersion") or 0)
-        except ValueError:
-            return 0
-
-    return a if rv(a) >= rv(b) else b
+        result = await self.reserver.reserve(str(first.quota_name), spend)
+        return result.message if isinstance(result, Refused) else None

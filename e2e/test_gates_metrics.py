@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import ssl
 import urllib.request
 
@@ -10,7 +9,7 @@ from kubernetes import client as k8s
 
 from e2e.conftest import Env, wait_until
 from e2e.test_gates_admission import GATE, create, gate_policy, pod_body, wait_policy_seen
-from pilotfish import names
+from pilotfish import names, timeutil
 
 PODS = 6
 
@@ -70,7 +69,7 @@ def test_scheduler_gated_queue_agrees_with_pilotfish_gauge(env: Env, namespace: 
     sched, ours = wait_until("both gauges to count the gated pods", agree, timeout=60)
     assert sched >= ours == PODS
 
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = timeutil.format_time(timeutil.SYSTEM_CLOCK.now())
     k8s.CustomObjectsApi(env.api).create_namespaced_custom_object(
         names.GROUP,
         names.VERSION,

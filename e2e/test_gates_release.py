@@ -47,7 +47,7 @@ WEBHOOKS_LABEL = "pilotfish.io/webhooks"  # "disabled": the chart's webhooks ski
 
 
 def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
+    return timeutil.SYSTEM_CLOCK.now()
 
 
 def team_of(namespace: str) -> str:
@@ -332,7 +332,10 @@ class Gated:
 @pytest.fixture
 def g(env: Env, namespace: str) -> Iterator[Gated]:
     core = k8s.CoreV1Api(env.api)
-    core.patch_namespace(namespace, {"metadata": {"labels": {WEBHOOKS_LABEL: "disabled"}}})
+    # The namespace belongs to the test's own team, as the platform labels a tenant's: the
+    # one quota ledger charges every pod to its namespace's team.
+    labels = {WEBHOOKS_LABEL: "disabled", names.LABEL_TEAM: team_of(namespace)}
+    core.patch_namespace(namespace, {"metadata": {"labels": labels}})
     probe = {
         "metadata": {"name": "probe", "labels": {names.LABEL_TEAM: "not-the-namespace-s"}},
         "spec": {"containers": [{"name": "c", "image": "example/probe:1"}]},

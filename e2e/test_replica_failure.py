@@ -22,7 +22,8 @@ from pilotfish import names
 from pilotfish.workloads import LABEL_WORKLOAD
 
 PLURAL = "serviceworkloads"
-# A refusal backs the workload off up to a minute between retries.
+# Refusals back the workload off in the work queue (per key, doubling from 5 ms); raising
+# the quota is no event for the controller, so the next try comes at the end of a backoff.
 CLEAR_TIMEOUT = 150.0
 
 

@@ -17,6 +17,7 @@ fewer than replicas - maxUnavailable available (Ready, not draining, not termina
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import sys
@@ -36,7 +37,7 @@ from e2e.conftest import Env, run, wait_until
 from pilotfish import names
 from pilotfish.devcluster import supervisor
 from pilotfish.operators.serviceworkload.revisions import template_hash
-from pilotfish.operators.serviceworkload.sync import format_time, parse_time
+from pilotfish.timeutil import SYSTEM_CLOCK, format_micro_time, parse_time
 from pilotfish.workloads import (
     ANNOTATION_DRAIN,
     ANNOTATION_DRAINED,
@@ -598,15 +599,44 @@ def test_pause_holds_the_rollout_scaling_continues_resume_finishes(env: Env, ns:
     assert {p.metadata.labels[LABEL_REVISION] for p in pods} == {template_hash(new)}
 
 
+@dataclass(frozen=True)
+class Deletion:
+    """A pod as first seen being deleted: what it carried and what the API server recorded."""
+
+    seen_at: float
+    annotations: dict[str, str]
+    # deletionTimestamp is the API server's own clock at the delete plus the grace period,
+    # in whole seconds (metav1.Time).
+    deletion_timestamp: datetime.datetime | None
+    grace_seconds: int
+
+
+def deletion_events(env: Env, ns: str, pod: str) -> list[dict[str, Any]]:
+    resp = k8s.EventsV1Api(env.api).list_namespaced_event(ns, _preload_content=False)
+    items: list[dict[str, Any]] = json.loads(resp.data).get("items") or []
+    return [
+        e
+        for e in items
+        if (e.get("regarding") or {}).get("name") == pod
+        and e.get("reportingController") == "pilotfish.io/serviceworkload"
+        and e.get("action") == "DeletePod"
+    ]
+
+
 def test_pods_leave_rotation_before_they_are_deleted(env: Env, ns: str) -> None:
     """The drain contract: drain-requested-at first, delete only PROPAGATION_SECONDS after
     drained-at. The test answers drains itself (as the endpoints controller does) in case
-    that controller is not running; if it is, whichever answers first is what counts."""
+    that controller is not running; if it is, whichever answers first is what counts.
+
+    "Not before the deadline" is read from the pod itself: its drained-at annotation and
+    the deletionTimestamp the API server stamped when it accepted the controller's delete,
+    not from when this test happened to see the delete (which lags, and would hide an
+    early delete)."""
     service = {"ports": [{"name": "http", "port": 80}]}
     ready_workload(env, ns, "web", 2, service=service)
     core = k8s.CoreV1Api(env.api)
     drain_seen: dict[str, float] = {}
-    deleted_seen: dict[str, tuple[float, dict[str, str]]] = {}
+    deleted_seen: dict[str, Deletion] = {}
     stop = threading.Event()
     errors: list[BaseException] = []
 
@@ -620,7 +650,7 @@ def test_pods_leave_rotation_before_they_are_deleted(env: Env, ns: str) -> None:
                 if ANNOTATION_DRAIN in annotations and name not in drain_seen:
                     drain_seen[name] = time.time()
                     if ANNOTATION_DRAINED not in annotations:
-                        stamp = format_time(time.time())
+                        stamp = format_micro_time(SYSTEM_CLOCK.now())
                         try:
                             core.patch_namespaced_pod(
                                 name,
@@ -630,10 +660,14 @@ def test_pods_leave_rotation_before_they_are_deleted(env: Env, ns: str) -> None:
                         except ApiException as e:
                             if e.status != 404:
                                 raise
-                if (
-                    kind == "DELETED" or pod.metadata.deletion_timestamp
-                ) and name not in deleted_seen:
-                    deleted_seen[name] = (time.time(), annotations)
+                meta = pod.metadata
+                if (kind == "DELETED" or meta.deletion_timestamp) and name not in deleted_seen:
+                    deleted_seen[name] = Deletion(
+                        time.time(),
+                        annotations,
+                        meta.deletion_timestamp,
+                        int(meta.deletion_grace_period_seconds or 0),
+                    )
         except BaseException as e:
             errors.append(e)
 
@@ -647,14 +681,27 @@ def test_pods_leave_rotation_before_they_are_deleted(env: Env, ns: str) -> None:
         stop.set()
         t.join(timeout=15)
     assert not errors, errors
-    ((victim, (deleted_at, annotations)),) = deleted_seen.items()
-    assert victim in drain_seen and drain_seen[victim] <= deleted_at, "drained before deleted"
-    drained = annotations.get(ANNOTATION_DRAINED)
+    ((victim, deletion),) = deleted_seen.items()
+    assert victim in drain_seen and drain_seen[victim] <= deletion.seen_at, "drained first"
+    drained = deletion.annotations.get(ANNOTATION_DRAINED)
     assert drained, "the pod was deleted with its drain answered"
-    drained_at = parse_time(drained)
-    assert drained_at is not None
-    # The same clock on both sides (one machine); 50 ms for the float round trip.
-    assert deleted_at >= drained_at + PROPAGATION_SECONDS - 0.05, (deleted_at, drained_at)
+    requested = parse_time(deletion.annotations[ANNOTATION_DRAIN])
+    assert requested <= parse_time(drained), "the answer came after the request"
+    assert deletion.deletion_timestamp is not None, "a graceful delete of a running pod"
+    deadline = parse_time(drained) + datetime.timedelta(seconds=PROPAGATION_SECONDS)
+    accepted = deletion.deletion_timestamp - datetime.timedelta(seconds=deletion.grace_seconds)
+    # `accepted` is truncated to the second: the delete came at most 1 s after it.
+    assert accepted + datetime.timedelta(seconds=1) > deadline, (
+        f"{victim} deleted at {accepted} (API server), before drained-at + "
+        f"{PROPAGATION_SECONDS:g}s = {deadline}"
+    )
+    # And for that reason: the answered drain, not its timeout or "not serving".
+    reasons = wait_until(
+        "the delete's Event",
+        lambda: [e["reason"] for e in deletion_events(env, ns, victim)] or None,
+        timeout=30,
+    )
+    assert reasons == ["PodDrained"], reasons
 
 
 def test_operator_killed_mid_rollout_converges_within_the_surge(env: Env, ns: str) -> None:

@@ -8,29 +8,27 @@ than stopping controllers half-way and resuming them. Whatever restarts it (the 
 (the pod's name), so after an API outage it leads again as soon as the API answers.
 
 Short outages do not get that far: the lease survives blips shorter than the renew deadline,
-the informers re-list and re-watch with backoff, and kopf's API calls retry without end.
+and the informers re-list and re-watch with backoff.
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol
 
-import kopf
 from aiohttp import web
 
-from pilotfish import httpserver, metrics, names
+from pilotfish import httpserver, metrics, names, tasks
 from pilotfish.kube.client import api_client
 from pilotfish.kube.leader import LeaderElector, RestLeaseStore
 from pilotfish.kube.rest import Rest
+from pilotfish.kube.runtime import Runtime
 from pilotfish.operators.endpoints import EndpointsController
+from pilotfish.operators.gatepolicy import GatePolicyStatusController
 from pilotfish.operators.gates import GateController
 from pilotfish.operators.nodelifecycle import NodeLifecycleController
 from pilotfish.operators.quota import QuotaController
@@ -42,67 +40,34 @@ LEASE_NAME = "pilotfish-operator"
 EXIT_LOST_LEADERSHIP = 3
 
 
-def _login(**kwargs: Any) -> Any:
-    """kopf's own kubeconfig login, read at call time (the client library reads $KUBECONFIG
-    once at import, before `--kubeconfig` is known), else the in-cluster ServiceAccount."""
-    if os.environ.get("KUBECONFIG"):
-        return kopf.login_with_kubeconfig(**kwargs)
-    return kopf.login_with_service_account(**kwargs)
-
-
 def default_identity() -> str:
     """The pod's name in a cluster (stable across container restarts, so a restarted operator
     recognises its own lease), else host and pid."""
     return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
 
 
-class _RetryForever:
-    """kopf's API retry delays, never exhausted: by default kopf escalates after ~54 s of
-    failures and its watch then stops the whole operator; this way its watches ride out an
-    outage as the informers do. Re-iterable: kopf iterates it afresh for every request."""
-
-    def __iter__(self) -> Iterator[float]:
-        yield from (1.0, 1.0, 2.0, 3.0)
-        yield from itertools.repeat(4.0)
-
-
-def _configure_kopf(settings: kopf.OperatorSettings, **_: Any) -> None:
-    settings.networking.error_backoffs = _RetryForever()
-
-
 class Controller(Protocol):
     async def run(self) -> None: ...
 
 
-@dataclass(frozen=True)
-class Options:
-    """Process-wide settings some controllers need: who this process is (Events, audit) and
-    where their files go. A controller that wants them has `configure(options)`."""
-
-    identity: str = "pilotfish-operator"
-    audit_log: Path | None = None
-
-
-@runtime_checkable
-class Configurable(Protocol):
-    def configure(self, options: Options) -> None: ...
-
-
-# Hot-path controllers on the shared informer, by name (`pilotfish operator --controllers`).
-CONTROLLERS: dict[str, Callable[[Rest], Controller]] = {
+# Hot-path controllers on the shared runtime, by name (`pilotfish operator --controllers`).
+CONTROLLERS: dict[str, Callable[[Runtime], Controller]] = {
     "nodelifecycle": NodeLifecycleController,
     "endpoints": EndpointsController,
     "quota": QuotaController,
     "gates": GateController,
     "serviceworkload": ServiceWorkloadController,
+    "gatepolicy": GatePolicyStatusController,
 }
 
 
-def build(name: str, rest: Rest, options: Options) -> Controller:
-    controller = CONTROLLERS[name](rest)
-    if isinstance(controller, Configurable):
-        controller.configure(options)
-    return controller
+class LeadershipLost(Exception):
+    pass
+
+
+async def _lead(elector: LeaderElector) -> None:
+    """Hold the lease; raise, with the elector's reason, once it is lost."""
+    raise LeadershipLost(await elector.hold())
 
 
 async def run(
@@ -119,47 +84,49 @@ async def run(
         raise ValueError(f"unknown controllers {sorted(unknown)}; known: {sorted(CONTROLLERS)}")
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig
-    registry = kopf.get_default_registry()
-    kopf.on.login(registry=registry)(_login)
-    kopf.on.startup(registry=registry)(_configure_kopf)
     app = web.Application()
     httpserver.add_common_routes(app)
-    health = asyncio.create_task(
-        httpserver.run_until_cancelled(app, metrics_host, metrics_port, name="operator")
-    )
     api = await api_client(kubeconfig)
-    rest = Rest(api)
-    identity = identity or default_identity()
-    options = Options(identity=identity, audit_log=Path(audit_log) if audit_log else None)
-    store = RestLeaseStore(rest, namespace or names.SYSTEM_NAMESPACE, LEASE_NAME)
-    elector = LeaderElector(store, identity)
-    log.info("waiting for the lease", extra={"lease": LEASE_NAME, "identity": identity})
+    audit = Path(audit_log) if audit_log else None
+    rt = Runtime.build(Rest(api), identity=identity or default_identity(), audit_log=audit)
     try:
-        await elector.acquire()
-        metrics.OPERATOR_LEADER.set(1)
-        stop = asyncio.Event()
-        tasks: set[asyncio.Task[Any]] = {
-            asyncio.create_task(
-                kopf.operator(clusterwide=True, standalone=True, stop_flag=stop, registry=registry)
-            ),
-            *(asyncio.create_task(build(name, rest, options).run()) for name in controllers),
-        }
-        holder = asyncio.create_task(elector.hold())
-        done, _ = await asyncio.wait(tasks | {holder}, return_when=asyncio.FIRST_COMPLETED)
+        await tasks.run_guarded(
+            {
+                "health": httpserver.run_until_cancelled(
+                    app, metrics_host, metrics_port, name="operator"
+                ),
+                "operator": _lead_and_run(rt, namespace, controllers),
+            }
+        )
+    except tasks.TaskDied as died:
         metrics.OPERATOR_LEADER.set(0)
-        stop.set()
-        holder.cancel()
-        for t in tasks:
-            t.cancel()
-        if holder in done:
+        cause = tasks.root_cause(died)
+        if isinstance(cause, LeadershipLost):
             log.error(
                 "exiting: leadership lost; a fresh process rebuilds its view from the API",
-                extra={"reason": holder.result(), "exit_code": EXIT_LOST_LEADERSHIP},
+                extra={"reason": str(cause), "exit_code": EXIT_LOST_LEADERSHIP},
             )
             return EXIT_LOST_LEADERSHIP
-        for t in done:
-            t.result()  # a controller that stopped on its own: surface why
-        return 1
+        raise
     finally:
         await api.close()
-        health.cancel()
+    return 1  # run_guarded never returns
+
+
+async def _lead_and_run(rt: Runtime, namespace: str | None, controllers: Iterable[str]) -> None:
+    """Health answers meanwhile: a standby is live and ready while it waits for the lease.
+    The controllers are built only once this process leads, so their informers list then."""
+    store = RestLeaseStore(rt.rest, namespace or names.SYSTEM_NAMESPACE, LEASE_NAME)
+    elector = LeaderElector(store, rt.identity, clock=rt.clock)
+    log.info("waiting for the lease", extra={"lease": LEASE_NAME, "identity": rt.identity})
+    await elector.acquire()
+    metrics.OPERATOR_LEADER.set(1)
+    built = {name: CONTROLLERS[name](rt) for name in controllers}
+    await tasks.run_guarded(
+        {
+            "leadership": _lead(elector),
+            "informers": rt.factory.run(),
+            "events": rt.events.run(),
+            **{f"controller {name}": c.run() for name, c in built.items()},
+        }
+    )

@@ -26,7 +26,7 @@ import logging
 import math
 import re
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from itertools import accumulate
 from typing import Any, Final, cast
 
@@ -360,19 +360,3 @@ async def run_until_cancelled(
 
 def _address(sockname: Any) -> str:
     return f"{sockname[0]}:{sockname[1]}" if isinstance(sockname, tuple) else str(sockname)
-
-
-async def run_together(what: str, *coroutines: Awaitable[None]) -> None:
-    """Run a server and the informers feeding it until cancelled; if any part ends (a
-    crashed informer would leave the view frozen), stop the rest and raise, so the process
-    exits and is restarted fresh instead of answering from a view that no longer moves."""
-    tasks = [asyncio.ensure_future(c) for c in coroutines]
-    try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            task.result()
-        raise RuntimeError(f"{what}: a task ended without an error")
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)

@@ -4,11 +4,13 @@ One line per record, with the logger, level, message and any `extra=` fields, so
 can be filtered by pod, gate or controller without parsing prose.
 """
 
+import datetime
 import json
 import logging
 import sys
-import time
 from typing import Any
+
+from pilotfish.timeutil import format_micro_time
 
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
@@ -16,8 +18,7 @@ _RESERVED = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"mess
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "ts": format_micro_time(datetime.datetime.fromtimestamp(record.created, datetime.UTC)),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),

@@ -75,6 +75,31 @@ OPERATOR_CONFLICTS = Counter(
     ["controller"],
 )
 
+OPERATOR_RETRIES = Counter(
+    "pilotfish_operator_retries_total",
+    "Keys a work queue backed off (a RETRY result or an exception), by queue.",
+    ["controller"],
+)
+
+OPERATOR_QUEUE_DEPTH = Gauge(
+    "pilotfish_operator_queue_depth",
+    "Keys waiting in a controller's work queue, by queue.",
+    ["controller"],
+)
+
+OWN_WRITES_EXPIRED = Counter(
+    "pilotfish_operator_own_writes_expired_total",
+    "Own writes whose resourceVersion the informer never showed within the tracker's TTL "
+    "(the controller then trusts its cache again), by controller.",
+    ["controller"],
+)
+
+INFORMER_OBJECTS = Gauge(
+    "pilotfish_informer_objects",
+    "Objects held by a shared informer, by resource and selector.",
+    ["resource", "selector"],
+)
+
 OPERATOR_LEADER = Gauge(
     "pilotfish_operator_leader",
     "1 while this operator process holds the leader lease, else 0.",
@@ -121,10 +146,6 @@ GATES_EXPIRATIONS = Counter(
     "Gates that reached their deadline unmet, by gate and expiry action (Fail, Retry, Review).",
     ["gate", "action"],
 )
-GATES_QUEUE_DEPTH = Gauge(
-    "pilotfish_gates_queue_depth",
-    "Keys waiting in the gate controller's work queue.",
-)
 GATES_PENDING_WRITES = Gauge(
     "pilotfish_gates_pending_writes",
     "Writes the current decision round has decided and not applied yet.",
@@ -156,10 +177,6 @@ ENDPOINTS_SYNC_SECONDS = Histogram(
     "(includes the coalescing delay under churn).",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0),
 )
-ENDPOINTS_QUEUE_DEPTH = Gauge(
-    "pilotfish_endpoints_queue_depth",
-    "Services waiting in the endpoints controller's work queue.",
-)
 ENDPOINTS_DRAINED = Counter(
     "pilotfish_endpoints_drained_total",
     "Draining pods marked drained-at after the slice write that took them out of rotation.",
@@ -185,8 +202,4 @@ ROLLOUT_WORKLOADS = Gauge(
 ROLLOUT_EXPECTED_WRITES = Gauge(
     "pilotfish_rollout_expected_writes",
     "The rollout controller's own writes not yet seen by its informers (expectations).",
-)
-ROLLOUT_QUEUE_DEPTH = Gauge(
-    "pilotfish_rollout_queue_depth",
-    "ServiceWorkloads waiting in the rollout controller's work queue.",
 )

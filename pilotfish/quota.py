@@ -1,4 +1,6 @@
-"""Team quota arithmetic shared by admission, the quota gate and the usage reconciler.
+"""Quota amounts on the pod's side: what a pod asks, which team and band it is charged to,
+whether it holds quota, and the wire form of amounts. What a TeamQuota has handed out and
+whether it may hand out more is the ledger's (`pilotfish.ledger`).
 
 Quantities are exact (`Fraction`, read and written by `pilotfish.quantity`): a hundred 10m
 CPU requests make exactly one core, and a quota is never exceeded by rounding. Resource names
@@ -9,7 +11,7 @@ other extended resource by its own name.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final
@@ -56,34 +58,10 @@ def add(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> Resources:
     return out
 
 
-def band_limits(quota: Mapping[str, Any], band: str) -> Resources | None:
-    """The limits a TeamQuota object sets for `band`; None when it does not declare the band.
-
-    An amount that is not a quantity (only an object stored before the CRD's pattern
-    matched this parser could hold one) limits that resource to zero: the team's band admits
-    none of it until the TeamQuota is fixed, and no other team's quota is affected.
-    """
-    spec_band = ((quota.get("spec") or {}).get("bands") or {}).get(band)
-    if spec_band is None:
-        return None
-    out: Resources = {}
-    for key in ("cpu", "memory", "gpus", "pods"):
-        if spec_band.get(key) is not None:
-            out[key] = _limit(spec_band[key])
-    for k, v in (spec_band.get("extended") or {}).items():
-        out[canonical(k)] = _limit(v)
-    return out
-
-
-def _limit(value: Any) -> Fraction:
-    try:
-        return parse_quantity(value)
-    except quantity.QuantityError:
-        return Fraction(0)
-
-
 @dataclass(frozen=True)
 class Excess:
+    """One limited resource and where it stands: `used` held, `ask` wanted, `limit`."""
+
     resource: str
     used: Fraction
     limit: Fraction
@@ -94,13 +72,17 @@ def excess(
     limits: Mapping[str, Fraction], used: Mapping[str, Fraction], ask: Mapping[str, Fraction]
 ) -> list[Excess]:
     """Every limited resource that `used + ask` would exceed (unlimited ones never do)."""
-    out = []
-    for resource in sorted(limits):
-        want = ask.get(resource, Fraction(0))
-        have = used.get(resource, Fraction(0))
-        if want > 0 and have + want > limits[resource]:
-            out.append(Excess(resource, have, limits[resource], want))
-    return out
+    return [e for e in standing(limits, used, ask) if e.ask > 0 and e.used + e.ask > e.limit]
+
+
+def standing(
+    limits: Mapping[str, Fraction], used: Mapping[str, Fraction], ask: Mapping[str, Fraction]
+) -> list[Excess]:
+    """Every limited resource, exceeded or not, in name order."""
+    return [
+        Excess(r, used.get(r, Fraction(0)), limits[r], ask.get(r, Fraction(0)))
+        for r in sorted(limits)
+    ]
 
 
 def describe(team: str, band: str, e: Excess) -> str:
@@ -109,6 +91,15 @@ def describe(team: str, band: str, e: Excess) -> str:
     return (
         f"team {team}, {band} {e.resource}: {f(e.resource, e.used)} of "
         f"{f(e.resource, e.limit)} used, pod asks {f(e.resource, e.ask)}"
+    )
+
+
+def usage_text(e: Excess) -> str:
+    """ "cpu 6/10 used, pod asks 2" """
+    f = format_quantity
+    return (
+        f"{e.resource} {f(e.resource, e.used)}/{f(e.resource, e.limit)} used, "
+        f"pod asks {f(e.resource, e.ask)}"
     )
 
 
@@ -152,14 +143,6 @@ def counts_against_quota(pod: Mapping[str, Any]) -> bool:
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return False
     return not any(gates.is_pilotfish_gate(g) for g in gates.scheduling_gates(pod))
-
-
-def usage(pods: Iterable[Mapping[str, Any]]) -> Resources:
-    total: Resources = {}
-    for pod in pods:
-        if counts_against_quota(pod):
-            total = add(total, pod_requests(pod))
-    return total
 
 
 def band_resources(amounts: Mapping[str, Fraction]) -> dict[str, Any]:

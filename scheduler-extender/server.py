@@ -40,17 +40,18 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final
 
 from aiohttp import web
 
-from pilotfish import httpserver, metrics
+from pilotfish import httpserver, metrics, tasks
 from pilotfish.extender import decide, wire
 from pilotfish.extender.snapshot import Snapshot, SnapshotFeed
 from pilotfish.httpserver import BadRequest
 from pilotfish.kube.client import api_client
+from pilotfish.kube.factory import InformerFactory
 from pilotfish.kube.rest import Rest
 
 log = logging.getLogger(__name__)
@@ -209,7 +210,7 @@ async def serve_snapshot(
     host: str,
     port: int,
     snapshot: Snapshot,
-    feed: Awaitable[None] | None = None,
+    feed: Coroutine[Any, Any, None] | None = None,
     *,
     tls: Tls | None = None,
     health_port: int | None = None,
@@ -227,21 +228,23 @@ async def serve_snapshot(
             "extender without client certificates: any client that reaches the port can call it",
             extra={"component": "extender", "tls": tls is not None},
         )
-    parts = [
-        httpserver.run_until_cancelled(
+    parts: dict[str, Coroutine[Any, Any, None]] = {
+        "extender": httpserver.run_until_cancelled(
             make_app(Extender(snapshot)),
             host,
             port,
             name="extender",
             ssl_context=tls.context() if tls is not None else None,
         )
-    ]
+    }
     if health_port is not None:
         health = httpserver.health_app(lambda: snapshot.synced, NOT_SYNCED)
-        parts.append(
-            httpserver.run_until_cancelled(health, host, health_port, name="extender-health")
+        parts["extender-health"] = httpserver.run_until_cancelled(
+            health, host, health_port, name="extender-health"
         )
-    await httpserver.run_together("extender", *parts, *([feed] if feed is not None else []))
+    if feed is not None:
+        parts["snapshot feed"] = feed
+    await tasks.run_guarded(parts)
 
 
 async def serve(
@@ -267,7 +270,7 @@ async def serve(
             host,
             port,
             snapshot,
-            SnapshotFeed(Rest(api), snapshot).run(),
+            SnapshotFeed(InformerFactory(Rest(api)), snapshot).run(),
             tls=tls,
             health_port=health_port,
         )

@@ -36,11 +36,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from pilotfish import metrics, names
+from pilotfish import metrics, names, tasks
 from pilotfish.extender import resources
 from pilotfish.extender.resources import BAND_RANK, CPU, GPU, MEMORY, PRODUCTION
-from pilotfish.kube.informer import Informer, Obj, object_key
-from pilotfish.kube.rest import NODES, PODS, Rest
+from pilotfish.kube.factory import InformerFactory
+from pilotfish.kube.informer import Obj, object_key
+from pilotfish.kube.rest import NODES, PODS
 
 log = logging.getLogger("pilotfish.extender.snapshot")
 
@@ -457,16 +458,16 @@ def slim_node(node: Obj) -> Obj:
 class SnapshotFeed:
     """The two informers that keep a Snapshot current, and the moment it becomes usable."""
 
-    def __init__(self, rest: Rest, snapshot: Snapshot) -> None:
+    def __init__(self, factory: InformerFactory, snapshot: Snapshot) -> None:
+        self.factory = factory
         self.snapshot = snapshot
-        self.nodes = Informer(rest, NODES, transform=slim_node)
-        self.pods = Informer(rest, PODS, field_selector=POD_FIELD_SELECTOR, transform=slim_pod)
+        self.nodes = factory.informer(NODES, projection=slim_node)
+        self.pods = factory.informer(PODS, field_selector=POD_FIELD_SELECTOR, projection=slim_pod)
         self.nodes.add_handler(snapshot.on_node)
         self.pods.add_handler(snapshot.on_pod)
 
     async def _mark_synced(self) -> None:
-        await self.nodes.synced.wait()
-        await self.pods.synced.wait()
+        await self.factory.wait_synced()
         self.snapshot.synced = True
         metrics.EXTENDER_SNAPSHOT_SYNCED.set(1)
         log.info(
@@ -476,4 +477,8 @@ class SnapshotFeed:
 
     async def run(self) -> None:
         metrics.EXTENDER_SNAPSHOT_SYNCED.set(0)
-        await asyncio.gather(self.nodes.run(), self.pods.run(), self._mark_synced())
+        await tasks.run_guarded({"informers": self.factory.run(), "synced": self._forever()})
+
+    async def _forever(self) -> None:
+        await self._mark_synced()
+        await asyncio.Event().wait()

@@ -333,10 +333,17 @@ def test_operator_rbac_is_least_privilege() -> None:
     assert "secrets" not in resources
     assert ("", "nodes", "delete") not in cluster
     assert not groups & {"rbac.authorization.k8s.io", "admissionregistration.k8s.io"}
-    for kind in ("serviceworkloads", "batchworkloads", "gatepolicies", "teamquotas"):
+    for kind in ("serviceworkloads", "batchworkloads", "teamquotas"):
         assert ("pilotfish.io", kind, "patch") in cluster
         assert ("pilotfish.io", f"{kind}/status", "update") in cluster
         assert ("pilotfish.io", f"{kind}/finalizers", "update") in cluster
+    # GatePolicy: read, and the conditional status patch; never the tenant's spec.
+    policy = {(r, v) for g, r, v in cluster if g == "pilotfish.io" and r.startswith("gatepol")}
+    assert policy == {("gatepolicies", v) for v in ("get", "list", "watch")} | {
+        ("gatepolicies/status", "patch")
+    }
+    assert ("", "events", "create") not in cluster, "Events are events.k8s.io/v1 only"
+    assert "customresourcedefinitions" not in resources
     assert ("", "pods/eviction", "create") in cluster
     assert ("discovery.k8s.io", "endpointslices", "delete") in cluster
     # Leases only through namespaced Roles: its own in the release namespace, read-only in

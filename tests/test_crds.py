@@ -197,6 +197,7 @@ COLUMNS = {
     GatePolicy: [
         ("Gates", ".spec.gates[*].name"),
         ("Gated", ".status.gatedPods"),
+        ("Valid", '.status.conditions[?(@.type=="Valid")].status'),
         ("Age", ".metadata.creationTimestamp"),
     ],
     GateSignal: [

@@ -1,6 +1,6 @@
-"""The endpoints controller's acting side, against an in-memory API with the API server's
-write semantics (resourceVersion preconditions, generateName, generation, JSON-patch `test`,
-list + watch): coalescing, conflicts, lagging watches, the drain handshake, foreign Services.
+"""The endpoints controller, the real one on the real factory and informers, against the
+shared in-memory API (`tests.fakeapi`): coalescing, conflicts, lagging watches, the drain
+handshake, foreign Services, failures.
 
 The e2e suite runs the same controller against the real control plane; these tests reach
 the paths a real cluster rarely shows on cue (a conflict between plan and write, a watch
@@ -10,260 +10,33 @@ that lags behind the controller's own writes).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
-import itertools
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, cast
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
-from pilotfish.kube.rest import ApiError, Rest
+from pilotfish import tasks
+from pilotfish.kube.rest import NODES, PODS, SERVICEWORKLOADS
+from pilotfish.kube.runtime import Runtime
 from pilotfish.operators.endpoints import (
+    ENDPOINTSLICES,
     LABEL_SERVICE_NAME,
     REASON_SERVICE_NOT_OWNED,
     REASON_SYNC_FAILED,
+    SERVICES,
     EndpointsController,
 )
+from pilotfish.timeutil import FakeClock
 from pilotfish.workloads import ANNOTATION_DRAIN, ANNOTATION_DRAINED, LABEL_WORKLOAD
+from tests.fakeapi import FakeApi, wait_for
 
 Obj = dict[str, Any]
 NS = "team-a"
-WAIT_SECONDS = 10.0
-
-
-def _split(path: str) -> tuple[str, str | None, str | None, str | None]:
-    """(plural, namespace, name, subresource) of an API path."""
-    parts = path.strip("/").split("/")
-    rest = parts[2:] if parts[0] == "api" else parts[3:]
-    ns = None
-    if rest[:1] == ["namespaces"] and len(rest) > 2:
-        ns, rest = rest[1], rest[2:]
-    return rest[0], ns, (rest[1] if len(rest) > 1 else None), (rest[2] if len(rest) > 2 else None)
-
-
-def _matches(obj: Obj, selector: str | None) -> bool:
-    labels = obj["metadata"].get("labels") or {}
-    for term in filter(None, (selector or "").split(",")):
-        key, _, value = term.partition("=")
-        if key not in labels or (value and labels[key] != value):
-            return False
-    return True
-
-
-def _pointer(path: str) -> list[str]:
-    return [p.replace("~1", "/").replace("~0", "~") for p in path.strip("/").split("/")]
-
-
-def _json_patch(obj: Obj, ops: list[Obj]) -> Obj:
-    out = copy.deepcopy(obj)
-    for op in ops:
-        *parents, last = _pointer(op["path"])
-        target: Any = out
-        for p in parents:
-            target = target.setdefault(p, {})
-        if op["op"] == "test":
-            if target.get(last) != op["value"]:
-                raise ApiError(422, "Invalid", f"test failed at {op['path']}")
-        elif op["op"] in ("add", "replace"):
-            target[last] = op["value"]
-        elif op["op"] == "remove":
-            del target[last]
-    return out
-
-
-@dataclass
-class FakeApi:
-    """The subset of the API server the controller uses, with its consistency rules."""
-
-    objects: dict[tuple[str, str | None, str], Obj] = field(default_factory=dict)
-    history: list[tuple[str, int, str, Obj]] = field(default_factory=list)  # type, rv, plural
-    writes: list[tuple[str, str, str]] = field(default_factory=list)  # (verb, plural, name)
-    rv: int = 100
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    held: set[str] = field(default_factory=set)  # plurals whose watch events are held back
-    before_write: Callable[[str, str, str], None] | None = None
-    _names: Iterator[int] = field(default_factory=lambda: itertools.count(1))
-
-    # -- server side --
-
-    def _bump(self, kind: str, plural: str, obj: Obj) -> None:
-        self.rv += 1
-        obj["metadata"]["resourceVersion"] = str(self.rv)
-        self.history.append((kind, self.rv, plural, copy.deepcopy(obj)))
-        self.changed.set()
-
-    def put(self, plural: str, obj: Obj) -> Obj:
-        """Create or overwrite an object as another client would (tests' own writes)."""
-        meta = obj["metadata"]
-        meta.setdefault("uid", f"uid-{meta['name']}")
-        meta.setdefault("generation", 1)
-        key = (plural, meta.get("namespace"), meta["name"])
-        kind = "MODIFIED" if key in self.objects else "ADDED"
-        self.objects[key] = obj
-        self._bump(kind, plural, obj)
-        return obj
-
-    def edit(self, plural: str, name: str, change: Callable[[Obj], None]) -> Obj:
-        obj = copy.deepcopy(self.objects[(plural, NS, name)])
-        change(obj)
-        return self.put(plural, obj)
-
-    def get_obj(self, plural: str, name: str) -> Obj | None:
-        return self.objects.get((plural, NS, name))
-
-    def list_of(self, plural: str) -> list[Obj]:
-        return [o for (p, _, _), o in self.objects.items() if p == plural]
-
-    def release(self, plural: str) -> None:
-        self.held.discard(plural)
-        self.changed.set()
-
-    # -- the Rest interface --
-
-    async def get(self, path: str, **params: Any) -> Obj:
-        plural, ns, name, _ = _split(path)
-        assert name
-        obj = self.objects.get((plural, ns, name))
-        if obj is None:
-            raise ApiError(404, "NotFound", path)
-        return copy.deepcopy(obj)
-
-    def _hook(self, verb: str, path: str, name: str | None = None) -> None:
-        """Let a test change the object just before a write is checked against it."""
-        plural, _, in_path, _ = _split(path)
-        if self.before_write:
-            self.before_write(verb, plural, str(name or in_path))
-
-    def _write(self, verb: str, plural: str, name: str) -> None:
-        self.writes.append((verb, plural, name))
-
-    async def create(self, path: str, body: Obj) -> Obj:
-        self._hook("create", path, body["metadata"].get("name", ""))
-        plural, ns, _, _ = _split(path)
-        obj = copy.deepcopy(body)
-        meta = obj["metadata"]
-        meta.setdefault("name", f"{meta.get('generateName', '')}{next(self._names):05d}")
-        meta["namespace"] = ns
-        if (plural, ns, meta["name"]) in self.objects:
-            raise ApiError(409, "AlreadyExists", meta["name"])
-        self._write("create", plural, meta["name"])
-        meta["uid"] = f"uid-{plural}-{meta['name']}-{self.rv}"
-        meta["generation"] = 1
-        if plural == "services":
-            obj["spec"]["clusterIP"] = f"10.96.0.{len(self.list_of('services')) + 10}"
-        self.objects[(plural, ns, meta["name"])] = obj
-        self._bump("ADDED", plural, obj)
-        return copy.deepcopy(obj)
-
-    async def replace(self, path: str, body: Obj) -> Obj:
-        self._hook("update", path)
-        plural, ns, name, _ = _split(path)
-        assert name
-        current = self.objects.get((plural, ns, name))
-        if current is None:
-            raise ApiError(404, "NotFound", path)
-        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", "the object has been modified")
-        self._write("update", plural, name)
-        obj = copy.deepcopy(body)
-        strip = {"metadata"}
-        changed = {k: v for k, v in obj.items() if k not in strip} != {
-            k: v for k, v in current.items() if k not in strip
-        }
-        obj["metadata"]["generation"] = current["metadata"]["generation"] + int(changed)
-        self.objects[(plural, ns, name)] = obj
-        self._bump("MODIFIED", plural, obj)
-        return copy.deepcopy(obj)
-
-    async def patch(self, path: str, body: Any, content_type: str = "") -> Obj:
-        self._hook("patch", path)
-        plural, ns, name, _ = _split(path)
-        assert name and content_type == "application/json-patch+json"
-        current = self.objects.get((plural, ns, name))
-        if current is None:
-            raise ApiError(404, "NotFound", path)
-        obj = _json_patch(current, body)
-        self._write("patch", plural, name)
-        self.objects[(plural, ns, name)] = obj
-        self._bump("MODIFIED", plural, obj)
-        return copy.deepcopy(obj)
-
-    async def delete(self, path: str, body: Obj | None = None) -> Obj:
-        self._hook("delete", path)
-        plural, ns, name, _ = _split(path)
-        assert name
-        current = self.objects.get((plural, ns, name))
-        if current is None:
-            raise ApiError(404, "NotFound", path)
-        pre = (body or {}).get("preconditions") or {}
-        meta = current["metadata"]
-        if (
-            pre.get("uid", meta["uid"]) != meta["uid"]
-            or pre.get("resourceVersion", meta["resourceVersion"]) != (meta["resourceVersion"])
-        ):
-            raise ApiError(409, "Conflict", "precondition failed")
-        self._write("delete", plural, name)
-        del self.objects[(plural, ns, name)]
-        self._bump("DELETED", plural, current)
-        return {}
-
-    async def list_pages(
-        self, path: str, params: Mapping[str, Any] | None = None, page: int = 500
-    ) -> tuple[list[Obj], str]:
-        plural, ns, _, _ = _split(path)
-        selector = (params or {}).get("labelSelector")
-        items = [
-            copy.deepcopy(o)
-            for (p, o_ns, _), o in self.objects.items()
-            if p == plural and (ns is None or o_ns == ns) and _matches(o, selector)
-        ]
-        return items, str(self.rv)
-
-    async def watch(
-        self,
-        path: str,
-        resource_version: str,
-        params: Mapping[str, Any] | None = None,
-        timeout_seconds: int = 300,
-    ) -> AsyncIterator[Obj]:
-        plural, ns, _, _ = _split(path)
-        selector = (params or {}).get("labelSelector")
-        seen = int(resource_version)
-        while True:
-            for kind, rv, of, obj in list(self.history):
-                if rv <= seen or plural in self.held:
-                    continue
-                seen = rv
-                in_ns = ns is None or obj["metadata"].get("namespace") == ns
-                if of == plural and in_ns and _matches(obj, selector):
-                    yield {"type": kind, "object": copy.deepcopy(obj)}
-            self.changed.clear()
-            await self.changed.wait()
-
-
-async def wait_for(what: str, check: Callable[[], Any], api: FakeApi) -> Any:
-    """Wait, woken by API changes, until `check` returns something truthy."""
-
-    async def loop() -> Any:
-        while True:
-            value = check()
-            if value:
-                return value
-            await asyncio.sleep(0.01)
-
-    try:
-        return await asyncio.wait_for(loop(), WAIT_SECONDS)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+KEY = f"{NS}/web"
+PORTS = [{"name": "http", "port": 80, "targetPort": 8080}]
 
 
 def sw_obj(ports: list[Obj] | None = None, name: str = "web") -> Obj:
@@ -307,17 +80,60 @@ def set_ready(ready: bool) -> Callable[[Obj], None]:
     return change
 
 
-PORTS = [{"name": "http", "port": 80, "targetPort": 8080}]
+class LaggingWatch:
+    """Holds back the watch events of one resource until released, as a slow watch does:
+    the informer shows the past while the API already has the controller's writes."""
+
+    def __init__(self, api: FakeApi, plural: str) -> None:
+        self.open = asyncio.Event()
+        self.open.set()
+        watch = api.watch
+
+        async def lagging(
+            path: str,
+            resource_version: str,
+            params: Mapping[str, Any] | None = None,
+            timeout_seconds: int = 300,
+        ) -> AsyncIterator[Obj]:
+            async for event in watch(path, resource_version, params, timeout_seconds):
+                if f"/{plural}" in path:
+                    await self.open.wait()
+                yield event
+
+        api.watch = lagging  # type: ignore[method-assign]
+
+    def hold(self) -> None:
+        self.open.clear()
+
+    def release(self) -> None:
+        self.open.set()
 
 
 @dataclass
 class Running:
     api: FakeApi
     controller: EndpointsController
-    clock: Clock
+    clock: FakeClock
+    lag: LaggingWatch
+
+    def put(self, resource: Any, obj: Obj) -> Obj:
+        return self.api.put(resource.path(obj["metadata"].get("namespace")), obj)
+
+    def get(self, resource: Any, name: str) -> Obj | None:
+        return self.api.obj(resource.path(NS, name))
+
+    def edit(self, resource: Any, name: str, change: Callable[[Obj], None]) -> Obj:
+        obj = self.get(resource, name)
+        assert obj is not None
+        change(obj)
+        return self.put(resource, obj)
 
     def slices(self) -> list[Obj]:
-        return self.api.list_of("endpointslices")
+        return list(self.api.store("discovery.k8s.io/v1", "endpointslices").values())
+
+    def events(self, reason: str) -> list[Obj]:
+        found = self.api.store("events.k8s.io/v1", "events").values()
+        return [e for e in found if e["reason"] == reason]
 
     def shown(self) -> dict[str, tuple[bool, bool, bool]]:
         """Pod name -> (ready, serving, terminating) over all slices."""
@@ -328,37 +144,51 @@ class Running:
                 out[ep["targetRef"]["name"]] = (c["ready"], c["serving"], c["terminating"])
         return out
 
-    def slice_writes(self) -> list[tuple[str, str, str]]:
-        return [w for w in self.api.writes if w[1] == "endpointslices"]
+    def slice_writes(self) -> list[tuple[str, str]]:
+        """(method, path) of every slice write so far."""
+        return [(c.method, c.path) for c in self.api.writes("/endpointslices")]
+
+    async def quiet(self) -> None:
+        """Longer than the write interval passes with nothing to do."""
+        await self.api.settle()
+        await wait_for("an idle queue", lambda: not self.controller.queue.in_flight, within=10.0)
+        self.clock.advance(5)
 
 
 @pytest.fixture
 async def running() -> AsyncIterator[Running]:
     api = FakeApi()
-    clock = Clock()
+    clock = FakeClock()
+    lag = LaggingWatch(api, "endpointslices")
     for i in range(3):
-        api.put("nodes", node_obj(i))
-    controller = EndpointsController(cast(Rest, api), min_interval=1.0, clock=clock)
-    task = asyncio.create_task(controller.run())
+        api.put(NODES.path(), node_obj(i))
+    rt = Runtime.build(api, identity="endpoints-test", clock=clock)
+    controller = EndpointsController(rt, min_interval=1.0)
+    guarded = tasks.run_guarded(
+        {"informers": rt.factory.run(), "events": rt.events.run(), "endpoints": controller.run()}
+    )
+    task = asyncio.ensure_future(guarded)
     try:
-        yield Running(api, controller, clock)
+        await rt.factory.wait_synced()
+        yield Running(api, controller, clock, lag)
     finally:
+        lag.release()
         task.cancel()
-        with pytest.raises(asyncio.CancelledError):
+        with contextlib.suppress(asyncio.CancelledError):
             await task
 
 
 async def start(r: Running, pods: int, ports: list[Obj] | None = PORTS) -> None:
     for i in range(pods):
-        r.api.put("pods", pod_obj(i))
-    r.api.put("serviceworkloads", sw_obj(ports))
+        r.put(PODS, pod_obj(i))
+    r.put(SERVICEWORKLOADS, sw_obj(ports))
     if ports is not None:
-        await wait_for(f"{pods} endpoints", lambda: len(r.shown()) == pods, r.api)
+        await wait_for(f"{pods} endpoints", lambda: len(r.shown()) == pods)
 
 
 async def test_service_and_slices_for_a_new_workload(running: Running) -> None:
     await start(running, 250)
-    svc = running.api.get_obj("services", "web")
+    svc = running.get(SERVICES, "web")
     assert svc is not None
     assert "selector" not in svc["spec"] and svc["spec"]["type"] == "ClusterIP"
     assert svc["metadata"]["ownerReferences"][0]["uid"] == "sw-web"
@@ -371,179 +201,219 @@ async def test_service_and_slices_for_a_new_workload(running: Running) -> None:
     zones = {ep["zone"] for s in running.slices() for ep in s["endpoints"]}
     assert zones == {"z0", "z1", "z2"}
     assert all(v == (True, True, False) for v in running.shown().values())
+    assert [m for m, _ in running.slice_writes()] == ["POST"] * 3
 
 
 async def test_first_change_after_quiet_goes_out_at_once_then_bursts_coalesce(
     running: Running,
 ) -> None:
     await start(running, 150)
-    running.clock.now += 5  # quiet for longer than the interval
+    await running.quiet()
     before = len(running.slice_writes())
-    running.api.edit("pods", "web-1", set_ready(False))
-    await wait_for("the first flip", lambda: running.shown()["web-1"][0] is False, running.api)
+    running.edit(PODS, "web-1", set_ready(False))
+    await wait_for("the first flip", lambda: running.shown()["web-1"][0] is False, within=10.0)
     assert len(running.slice_writes()) == before + 1, "one flip, one slice write"
 
     # A burst within the interval is held, then written together when the interval ends.
     for i in range(2, 12):
-        running.api.edit("pods", f"web-{i}", set_ready(False))
-    key = f"{NS}/web"
+        running.edit(PODS, f"web-{i}", set_ready(False))
     await wait_for(
-        "the burst to be held", lambda: running.controller.held_until.get(key), running.api
+        "the burst to be held", lambda: running.controller.held_until.get(KEY), within=10.0
     )
+    await running.api.settle()
     assert len(running.slice_writes()) == before + 1
     assert running.shown()["web-5"][0] is True, "not written before the interval ends"
-    running.clock.now += 1.0
-    running.controller.enqueue(key)  # what the coalescing timer does when it fires
+    running.clock.advance(1.0)
+    running.controller.enqueue(KEY)  # what the hold's timer does when it fires
     await wait_for(
-        "the burst",
-        lambda: all(running.shown()[f"web-{i}"][0] is False for i in range(2, 12)),
-        running.api,
+        "the burst", lambda: all(running.shown()[f"web-{i}"][0] is False for i in range(2, 12))
     )
     assert len(running.slice_writes()) <= before + 3, "the burst is one write per slice"
 
 
 async def test_one_flip_writes_one_slice(running: Running) -> None:
     await start(running, 300)
-    running.clock.now += 5
+    await running.quiet()
     before = len(running.slice_writes())
-    running.api.edit("pods", "web-123", set_ready(False))
-    await wait_for("the flip", lambda: running.shown()["web-123"][0] is False, running.api)
-    assert running.slice_writes()[before:] == [
-        ("update", "endpointslices", running.slice_writes()[before][2])
-    ]
+    running.edit(PODS, "web-123", set_ready(False))
+    await wait_for("the flip", lambda: running.shown()["web-123"][0] is False, within=10.0)
+    await running.api.settle()
+    (write,) = running.slice_writes()[before:]
+    assert write[0] == "PUT"
 
 
-async def test_conflicting_write_is_re_read_and_re_planned(running: Running) -> None:
+async def test_a_stale_cache_is_never_decided_from(running: Running) -> None:
+    """The informer has not shown the slice the controller just created: a change then
+    waits for it (no second create, no replace from a version the controller never saw)
+    and is written once the informer catches up."""
+    running.lag.hold()
+    await start(running, 10)
+    assert [m for m, _ in running.slice_writes()] == ["POST"]
+    running.clock.advance(5)
+    running.edit(PODS, "web-4", set_ready(False))
+    # The round for the change ran and asked to come back once the cache has caught up.
+    await wait_for(
+        "the change looked at",
+        lambda: running.controller.queue.scheduled(KEY) or len(running.slice_writes()) > 1,
+    )
+    assert [m for m, _ in running.slice_writes()] == ["POST"], "nothing decided from the past"
+    assert not running.controller.own.settled(KEY)
+    running.lag.release()
+    await wait_for("the flip", lambda: running.shown()["web-4"][0] is False, within=10.0)
+    await running.api.settle()
+    assert len(running.slices()) == 1
+    assert [m for m, _ in running.slice_writes()] == ["POST", "PUT"]
+
+
+async def test_a_write_answered_after_its_watch_event_does_not_stall(running: Running) -> None:
+    """Over a real connection the watch may deliver a write before its answer arrives: the
+    controller must not then wait for an event that has already come."""
+    request = running.api.request
+
+    async def slow_answer(method: str, path: str, **kw: Any) -> Obj:
+        out = await request(method, path, **kw)
+        if "/endpointslices" in path and method in ("POST", "PUT"):
+            await running.api.settle()  # the informer has it before the caller does
+        return out
+
+    running.api.request = slow_answer  # type: ignore[method-assign]
+    await start(running, 10)
+    running.clock.advance(5)
+    running.edit(PODS, "web-4", set_ready(False))
+    await wait_for("the flip", lambda: running.shown()["web-4"][0] is False, within=10.0)
+    assert [m for m, _ in running.slice_writes()] == ["POST", "PUT"]
+
+
+async def test_conflicting_write_is_decided_again_from_the_newer_version(
+    running: Running,
+) -> None:
     await start(running, 20)
-    running.clock.now += 5
+    await running.quiet()
     (victim,) = running.slices()
     name = victim["metadata"]["name"]
 
-    def meddle(verb: str, plural: str, obj_name: str) -> None:
-        """Someone else rewrites the slice between our plan and our write, once."""
-        if plural == "endpointslices" and obj_name == name and verb == "update":
-            running.api.before_write = None
-            current = running.api.objects[("endpointslices", NS, name)]
-            current["metadata"]["annotations"] = {"touched": "yes"}
-            running.api.rv += 1
-            current["metadata"]["resourceVersion"] = str(running.api.rv)
-
-    running.api.held.add("endpointslices")  # the watch cannot tell the controller either
-    running.api.before_write = meddle
-    running.api.edit("pods", "web-3", set_ready(False))
-    await wait_for("the flip", lambda: running.shown()["web-3"][0] is False, running.api)
-    running.api.release("endpointslices")
+    # Someone else rewrites the slice; the controller's watch has not shown it yet when
+    # it plans, so its replace carries the old version and must be refused.
+    running.lag.hold()
+    touched = copy.deepcopy(victim)
+    touched["metadata"]["annotations"] = {"touched": "yes"}
+    touched_rv = running.put(ENDPOINTSLICES, touched)["metadata"]["resourceVersion"]
+    running.edit(PODS, "web-3", set_ready(False))
+    await wait_for(
+        "a refused replace", lambda: running.controller.queue.failures(KEY) >= 1, within=10.0
+    )
+    running.lag.release()
+    await wait_for("the flip", lambda: running.shown()["web-3"][0] is False, within=10.0)
     (after,) = running.slices()
     assert after["metadata"]["annotations"] == {"touched": "yes"}, "the other writer's change"
     assert len(running.shown()) == 20
-
-
-async def test_a_lagging_watch_never_makes_a_second_slice(running: Running) -> None:
-    running.api.held.add("endpointslices")  # our own creates stay invisible to the informer
-    await start(running, 10)
-    running.clock.now += 5
-    running.api.edit("pods", "web-4", set_ready(False))
-    await wait_for("the flip", lambda: running.shown()["web-4"][0] is False, running.api)
-    assert len(running.slices()) == 1
-    assert [w[0] for w in running.slice_writes()] == ["create", "update"]
-    running.api.release("endpointslices")
+    puts = [c for c in running.api.writes(f"/endpointslices/{name}") if c.method == "PUT"]
+    planned_from = [c.body["metadata"]["resourceVersion"] for c in puts]
+    stale, newer = victim["metadata"]["resourceVersion"], touched_rv
+    assert planned_from[-1] == newer and set(planned_from[:-1]) == {stale}, planned_from
 
 
 async def test_new_pods_and_gone_pods(running: Running) -> None:
     await start(running, 5)
-    running.clock.now += 5
-    running.api.put("pods", pod_obj(7))
-    await wait_for("a new pod", lambda: "web-7" in running.shown(), running.api)
-    running.clock.now += 5
-    running.api.edit("pods", "web-2", lambda p: p["status"].update(phase="Succeeded"))
-    await wait_for("a finished pod", lambda: "web-2" not in running.shown(), running.api)
-    assert sorted(running.shown()) == ["web-0", "web-1", "web-3", "web-4", "web-7"]
+    await running.quiet()
+    running.put(PODS, pod_obj(7))
+    await wait_for("a new pod", lambda: "web-7" in running.shown(), within=10.0)
+    await running.quiet()
+    running.edit(PODS, "web-2", lambda p: p["status"].update(phase="Succeeded"))
+    await wait_for("a finished pod", lambda: "web-2" not in running.shown(), within=10.0)
+    await running.quiet()
+    running.api.remove(PODS.path(NS, "web-3"))
+    await wait_for("a deleted pod", lambda: "web-3" not in running.shown(), within=10.0)
+    assert sorted(running.shown()) == ["web-0", "web-1", "web-4", "web-7"]
 
 
 async def test_draining_pod_leaves_rotation_then_is_marked_drained(running: Running) -> None:
     await start(running, 5)
-    running.clock.now += 5
-    running.api.edit(
-        "pods",
+    await running.quiet()
+    running.edit(
+        PODS,
         "web-2",
         lambda p: p["metadata"]["annotations"].update({ANNOTATION_DRAIN: "2030-01-01T00:00:00Z"}),
     )
 
     def drained() -> str | None:
-        pod = running.api.get_obj("pods", "web-2")
+        pod = running.get(PODS, "web-2")
         return None if pod is None else pod["metadata"]["annotations"].get(ANNOTATION_DRAINED)
 
-    await wait_for("drained-at", drained, running.api)
+    stamp = await wait_for("drained-at", drained, within=10.0)
+    assert stamp == "2026-01-01T00:00:05.000000Z", "the injected clock, to the microsecond"
     assert running.shown()["web-2"] == (False, True, True)
-    order = [(w[0], w[1]) for w in running.api.writes]
-    slice_write = max(i for i, w in enumerate(order) if w == ("update", "endpointslices"))
-    pod_patch = order.index(("patch", "pods"))
+    order = [(c.method, c.path) for c in running.api.writes()]
+    slice_write = max(i for i, (m, p) in enumerate(order) if m == "PUT" and "endpointslices" in p)
+    pod_patch = order.index(("PATCH", PODS.path(NS, "web-2")))
     assert slice_write < pod_patch, "drained-at only after the slice write succeeded"
+    await running.api.settle()
+    assert len(running.api.writes(PODS.path(NS, "web-2"))) == 1, "marked once"
 
 
 async def test_foreign_service_is_left_alone_and_reported(running: Running) -> None:
-    running.api.put(
-        "services",
+    running.put(
+        SERVICES,
         {
             "metadata": {"name": "web", "namespace": NS},
             "spec": {"ports": [{"name": "x", "port": 1}], "selector": {"app": "x"}},
         },
     )
-    foreign = copy.deepcopy(running.api.get_obj("services", "web"))
+    foreign = running.get(SERVICES, "web")
     await start(running, 3, ports=None)
-    running.api.edit(
-        "serviceworkloads", "web", lambda sw: sw["spec"].update(service={"ports": PORTS})
+    running.edit(SERVICEWORKLOADS, "web", lambda sw: sw["spec"].update(service={"ports": PORTS}))
+
+    (event,) = await wait_for(
+        "the event", lambda: running.events(REASON_SERVICE_NOT_OWNED), within=10.0
     )
-
-    def reported() -> list[Obj]:
-        return [e for e in running.api.list_of("events") if e["reason"] == REASON_SERVICE_NOT_OWNED]
-
-    (event,) = await wait_for("the event", reported, running.api)
     assert event["regarding"]["name"] == "web" and event["type"] == "Warning"
-    assert running.api.get_obj("services", "web") == foreign
+    assert running.get(SERVICES, "web") == foreign
     assert running.slices() == []
+    assert running.api.writes(SERVICES.path(NS)) == []
 
 
-async def test_port_change_patches_the_service_and_keeps_its_address(running: Running) -> None:
+async def test_port_change_patches_the_service_and_keeps_it(running: Running) -> None:
     await start(running, 4)
-    before = copy.deepcopy(running.api.get_obj("services", "web"))
+    before = running.get(SERVICES, "web")
     assert before is not None
     new_ports = [{"name": "http", "port": 81, "targetPort": 9090}]
-    running.clock.now += 5
-    running.api.edit(
-        "serviceworkloads", "web", lambda sw: sw["spec"]["service"].update(ports=new_ports)
-    )
+    await running.quiet()
+    running.edit(SERVICEWORKLOADS, "web", lambda sw: sw["spec"]["service"].update(ports=new_ports))
 
     def moved() -> bool:
         return bool(running.slices()) and all(
             s["ports"][0]["port"] == 9090 for s in running.slices()
         )
 
-    await wait_for("slices on the new port", moved, running.api)
-    after = running.api.get_obj("services", "web")
+    await wait_for("slices on the new port", moved, within=10.0)
+    after = running.get(SERVICES, "web")
     assert after is not None
     assert after["metadata"]["uid"] == before["metadata"]["uid"]
-    assert after["spec"]["clusterIP"] == before["spec"]["clusterIP"]
     assert after["spec"]["ports"][0]["port"] == 81
     assert len(running.shown()) == 4
+    methods = [c.method for c in running.api.writes(SERVICES.path(NS))]
+    assert methods == ["POST", "PATCH"], "patched, never re-created"
 
 
 async def test_unsetting_the_service_deletes_it(running: Running) -> None:
     await start(running, 2)
-    running.api.edit("serviceworkloads", "web", lambda sw: sw["spec"].pop("service"))
-    await wait_for(
-        "the Service gone", lambda: running.api.get_obj("services", "web") is None, running.api
-    )
+    running.edit(SERVICEWORKLOADS, "web", lambda sw: sw["spec"].pop("service"))
+    await wait_for("the Service gone", lambda: running.get(SERVICES, "web") is None, within=10.0)
 
 
 async def test_a_failed_write_is_reported_on_the_workload_and_retried(running: Running) -> None:
-    def fail_once(verb: str, plural: str, name: str) -> None:
-        if plural == "endpointslices" and verb == "create":
-            running.api.before_write = None
-            raise ApiError(500, "InternalError", "etcd is having a moment")
-
-    running.api.before_write = fail_once
+    running.api.fail_next("POST", "/endpointslices", 500)
     await start(running, 3)  # the retry got there
-    (event,) = [e for e in running.api.list_of("events") if e["reason"] == REASON_SYNC_FAILED]
-    assert "etcd is having a moment" in event["note"] and event["type"] == "Warning"
+    (event,) = await wait_for("the event", lambda: running.events(REASON_SYNC_FAILED), within=10.0)
+    assert "injected 500" in event["note"] and event["type"] == "Warning"
     assert event["regarding"]["kind"] == "ServiceWorkload"
+    assert [m for m, _ in running.slice_writes()] == ["POST", "POST"]
+
+
+async def test_an_invalid_service_spec_is_reported_not_retried(running: Running) -> None:
+    running.put(PODS, pod_obj(0))
+    running.put(SERVICEWORKLOADS, sw_obj([{"name": "http", "port": 70000}]))
+    (event,) = await wait_for("the event", lambda: running.events(REASON_SYNC_FAILED), within=10.0)
+    assert event["note"].startswith("spec.service.ports.0.port:") and "70000" in event["note"]
+    assert running.controller.queue.failures(KEY) == 0
+    assert running.api.writes(SERVICES.path(NS)) == []

@@ -2,31 +2,32 @@
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 import pytest
 
 from pilotfish.api.serviceworkload import ServicePort, ServiceSpec
+from pilotfish.kube import projections
 from pilotfish.kube.rest import ApiError
-from pilotfish.operators.endpoints import (
+from pilotfish.operators.endpoints.apply import namespace_terminating
+from pilotfish.operators.endpoints.decide import (
+    Observed,
+    decide,
+    decide_service,
+    desired_endpoints,
+    drained_patch,
+    pod_endpoint,
+    resolve_ports,
+    slice_body,
+)
+from pilotfish.operators.endpoints.model import (
     LABEL_MANAGED_BY,
     LABEL_SERVICE_NAME,
     Endpoint,
     Port,
-    WriteLog,
-    decide_service,
-    desired_endpoints,
-    drained_patch,
-    namespace_terminating,
+    endpoint_facts,
     parse_slice,
-    pod_endpoint,
-    resolve_ports,
-    rfc3339,
-    slice_body,
-    slim_pod,
 )
-from pilotfish.timeutil import parse_time
 from pilotfish.workloads import (
     ANNOTATION_DRAIN,
     ANNOTATION_DRAINED,
@@ -277,75 +278,40 @@ def test_drained_patch_is_conditional_and_escapes_the_key() -> None:
     assert ANNOTATION_DRAINED == "pilotfish.io/drained-at"
 
 
-def test_timestamps_are_rfc3339_utc_and_parse_back() -> None:
-    t = datetime.datetime(2030, 5, 6, 7, 8, 9, 123456, tzinfo=datetime.UTC)
-    assert rfc3339(t) == "2030-05-06T07:08:09.123456Z"
-    assert parse_time(rfc3339(t)) == t
-
-
-def test_slim_pod_keeps_what_endpoints_need() -> None:
-    full = pod(annotations={ANNOTATION_DRAIN: "x", "big": "y" * 1000})
+def test_the_process_pod_projection_keeps_what_endpoints_need() -> None:
+    """The shared pod view is the union of what every controller reads: dropping a field
+    the endpoints are made of would publish wrong endpoints (or none)."""
+    full = pod(
+        annotations={ANNOTATION_DRAIN: "x", ANNOTATION_DRAINED: "y"},
+        ports=[{"name": "web", "containerPort": 8080}],
+        deleting=True,
+    )
     full["metadata"]["managedFields"] = [{"manager": "kubelet"}]
-    full["status"]["conditions"].append({"type": "PodScheduled", "status": "True"})
-    slim = slim_pod(full)
-    assert slim["metadata"]["annotations"] == {ANNOTATION_DRAIN: "x"}
-    assert "managedFields" not in slim["metadata"]
-    assert [c["type"] for c in slim["status"]["conditions"]] == ["Ready"]
-    assert pod_endpoint(slim, None) == pod_endpoint(full, None)
+    full["spec"]["containers"][0]["env"] = [{"name": "BIG", "value": "y" * 1000}]
+    view = projections.pod(full)
+    assert "managedFields" not in view["metadata"]
+    assert "env" not in view["spec"]["containers"][0]
+    assert pod_endpoint(view, None) == pod_endpoint(full, None)
+    assert endpoint_facts(view) == endpoint_facts(full)
+    ports = [ServicePort(name="http", port=80, target_port="web")]
+    assert resolve_ports(ports, view) == resolve_ports(ports, full) != ()
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _slice(name: str, uid: str, generation: int, rv: str = "1") -> dict[str, Any]:
-    meta = {"name": name, "uid": uid, "generation": generation, "resourceVersion": rv}
-    return {"metadata": meta}
-
-
-def test_write_log_shadows_a_lagging_informer_until_it_catches_up() -> None:
-    clock = Clock()
-    log = WriteLog(clock, ttl=30)
-    created = _slice("a", "u1", 1, rv="5")
-    log.record("ns/web", "a", created, "u1", 1)
-    assert log.view("ns/web", {}) == {"a": created}, "a create the watch has not shown yet"
-    updated = _slice("a", "u1", 2, rv="8")
-    log.record("ns/web", "a", updated, "u1", 2)
-    assert log.view("ns/web", {"a": created}) == {"a": updated}, "older informer copy"
-    assert log.view("ns/web", {"a": updated}) == {"a": updated}
-    assert log.view("ns/web", {}) == {}, "caught up: the informer is trusted again"
-
-
-def test_write_log_keeps_a_fresh_read_over_a_copy_of_the_same_generation() -> None:
-    """A metadata-only change leaves the generation alone: only the exact version counts."""
-    log = WriteLog(Clock())
-    stale, fresh = _slice("a", "u1", 3, rv="10"), _slice("a", "u1", 3, rv="12")
-    log.record("ns/web", "a", fresh, "u1", 3)
-    assert log.view("ns/web", {"a": stale}) == {"a": fresh}
-    newer_spec = _slice("a", "u1", 4, rv="15")
-    assert log.view("ns/web", {"a": newer_spec}) == {"a": newer_spec}
-
-
-def test_write_log_hides_deleted_slices_and_expires() -> None:
-    clock = Clock()
-    log = WriteLog(clock, ttl=30)
-    stale = _slice("a", "u1", 3)
-    log.record("ns/web", "a", None, "u1", 3)
-    assert log.view("ns/web", {"a": stale}) == {}
-    clock.now = 31
-    assert log.view("ns/web", {"a": stale}) == {"a": stale}, "expired: trust the informer"
-
-
-def test_write_log_adopts_a_fresh_list() -> None:
-    log = WriteLog(Clock())
-    seen = {"a": _slice("a", "u1", 1), "b": _slice("b", "u2", 1)}
-    fresh_b = _slice("b", "u2", 5, rv="9")
-    log.replace("ns/web", [fresh_b], seen)
-    assert log.view("ns/web", seen) == {"b": fresh_b}
+def test_only_endpoint_facts_make_a_pod_change_relevant() -> None:
+    a = pod()
+    b = pod()
+    b["metadata"]["resourceVersion"] = "43"
+    b["spec"]["schedulingGates"] = [{"name": "x"}]
+    assert endpoint_facts(a) == endpoint_facts(b)
+    for change in (
+        pod(ready=False),
+        pod(ip="10.1.0.6"),
+        pod(deleting=True),
+        pod(annotations={ANNOTATION_DRAIN: "x"}),
+        pod(phase="Succeeded"),
+        pod(ports=[{"name": "web", "containerPort": 1}]),
+    ):
+        assert endpoint_facts(change) != endpoint_facts(a)
 
 
 def test_writes_into_a_terminating_namespace_are_recognised() -> None:
@@ -355,3 +321,89 @@ def test_writes_into_a_terminating_namespace_are_recognised() -> None:
     }
     assert namespace_terminating(ApiError(403, "Forbidden", "being terminated", body))
     assert not namespace_terminating(ApiError(403, "Forbidden", "RBAC says no", {"details": {}}))
+
+
+# --- The whole decision -------------------------------------------------------------------
+
+SVC_PORTS = [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
+
+
+def observed(
+    sw: dict[str, Any] | None,
+    svc: dict[str, Any] | None,
+    pods: list[dict[str, Any]],
+    *,
+    slices: list[dict[str, Any]] | None = None,
+    now: float = 100.0,
+    last_write: float | None = None,
+) -> Observed:
+    return Observed(
+        workload=sw,
+        service=svc,
+        pods=pods,
+        slices=slices or [],
+        zone_of=lambda _node: "zone-a",
+        now=now,
+        last_write=last_write,
+        min_interval=1.0,
+    )
+
+
+def test_a_new_service_is_created_alone_its_slices_wait_for_its_uid() -> None:
+    plan = decide(observed(workload({"ports": SVC_PORTS}), None, [pod()]))
+    assert plan.service.verb == "create"
+    assert plan.slices.empty and plan.owner is None and plan.drain == ()
+
+
+def test_slices_are_planned_from_the_observed_service() -> None:
+    svc = service(SVC_PORTS)
+    draining = pod("web-2", ip="10.1.0.6", annotations={ANNOTATION_DRAIN: "t"})
+    plan = decide(observed(workload({"ports": SVC_PORTS}), svc, [pod(), draining]))
+    assert plan.service.verb == "ok" and plan.owner is svc
+    (create,) = plan.slices.creates
+    assert [e.pod for e in create.endpoints] == ["web-1", "web-2"]
+    assert [p["metadata"]["name"] for p in plan.drain] == ["web-2"]
+    assert plan.counts == (1, 1) and plan.hold == 0
+
+
+def test_a_change_right_after_a_write_is_held_with_its_drains() -> None:
+    svc = service(SVC_PORTS)
+    draining = pod(annotations={ANNOTATION_DRAIN: "t"})
+    sw = workload({"ports": SVC_PORTS})
+    plan = decide(observed(sw, svc, [draining], now=100.0, last_write=99.75))
+    assert plan.hold == pytest.approx(0.75)
+    assert plan.slices.empty and plan.drain == (), "drained-at only after the slice write"
+    later = decide(observed(sw, svc, [draining], now=101.0, last_write=99.75))
+    assert later.hold == 0 and not later.slices.empty and len(later.drain) == 1
+
+
+def test_nothing_to_write_is_never_held() -> None:
+    svc = service(SVC_PORTS)
+    sw = workload({"ports": SVC_PORTS})
+    first = decide(observed(sw, svc, [pod()]))
+    (create,) = first.slices.creates
+    existing = slice_body(svc, create.ports, create.endpoints)
+    existing["metadata"] |= {"name": "web-abcde", "resourceVersion": "3", "uid": "s1"}
+    plan = decide(observed(sw, svc, [pod()], slices=[existing], now=100.0, last_write=99.9))
+    assert plan.slices.empty and plan.hold == 0 and plan.counts == (1, 0)
+
+
+def test_no_service_wanted_drains_at_once() -> None:
+    draining = pod(annotations={ANNOTATION_DRAIN: "t"})
+    plan = decide(observed(workload(), None, [draining]))
+    assert plan.service.verb == "ok" and plan.slices.empty and len(plan.drain) == 1
+    assert plan.counts is None
+
+
+def test_a_gone_or_deleting_workload_is_forgotten() -> None:
+    assert decide(observed(None, None, [])).gone
+    sw = workload({"ports": SVC_PORTS})
+    sw["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"
+    assert decide(observed(sw, service(SVC_PORTS), [pod()])).gone
+
+
+def test_an_invalid_service_spec_names_the_field() -> None:
+    plan = decide(observed(workload({"ports": [{"name": "http", "port": 0}]}), None, []))
+    assert plan.invalid is not None and plan.invalid.startswith("spec.service")
+    assert plan.invalid.startswith("spec.service.ports.0.port:") and "got 0" in plan.invalid
+    assert plan.service.verb == "ok"

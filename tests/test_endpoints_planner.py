@@ -10,15 +10,8 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pilotfish.operators.endpoints import (
-    Endpoint,
-    Port,
-    PortSet,
-    Slice,
-    SlicePlan,
-    SliceUpdate,
-    plan_slices,
-)
+from pilotfish.operators.endpoints.model import Endpoint, Port, PortSet, Slice
+from pilotfish.operators.endpoints.planner import SlicePlan, SliceUpdate, plan_slices
 
 MAX = 100
 HTTP: PortSet = (Port("http", 8080, "TCP"),)

@@ -22,6 +22,7 @@ from prometheus_client import REGISTRY
 from pilotfish.extender import decide, server, wire
 from pilotfish.extender.snapshot import Snapshot
 from pilotfish.extender.wire import MAX_EXTENDER_PRIORITY, MIN_EXTENDER_PRIORITY, clamp_score
+from pilotfish.tasks import TaskDied
 from tests.servers import (
     client_tls,
     dev_pki,
@@ -449,11 +450,11 @@ async def test_serve_stops_when_its_feed_stops() -> None:
     async def feed() -> None:
         raise ValueError("informer bug")
 
-    with pytest.raises(ValueError, match="informer bug"):
+    with pytest.raises(TaskDied, match=r"snapshot feed.*informer bug"):
         await server.serve_snapshot("127.0.0.1", free_port(), Snapshot(), feed())
 
     async def quiet() -> None:
         return None
 
-    with pytest.raises(RuntimeError, match="extender: a task ended without an error"):
+    with pytest.raises(TaskDied, match=r"snapshot feed.*ended without an error"):
         await server.serve_snapshot("127.0.0.1", free_port(), Snapshot(), quiet())

@@ -9,7 +9,6 @@ the two never disagree.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
@@ -25,7 +24,9 @@ from pilotfish.extender.snapshot import (
     slim_node,
     slim_pod,
 )
-from pilotfish.kube.rest import Rest
+from pilotfish.kube.factory import InformerFactory
+from pilotfish.kube.rest import NODES, PODS
+from tests.fakeapi import FakeApi
 from tests.test_extender_builders import node, pod, snapshot
 
 
@@ -222,55 +223,33 @@ def test_aggregates_always_equal_a_recount(events: list[tuple[str, str, str, Any
 # --- the feed: informers into the snapshot ------------------------------------------------
 
 
-class FakeRest(Rest):
-    """Lists from fixed items and watches nothing (the watch waits until cancelled)."""
-
-    def __init__(self, items: Mapping[str, list[dict[str, Any]]]) -> None:
-        self.items = items
-        self.params: dict[str, Mapping[str, Any] | None] = {}
-        self.listed = asyncio.Event()
-
-    async def list_pages(
-        self, path: str, params: Mapping[str, Any] | None = None, page: int = 500
-    ) -> tuple[list[dict[str, Any]], str]:
-        self.params[path] = params
-        if path == "/api/v1/pods":
-            await self.listed.wait()  # pods list only when the test says so
-        return [dict(i) for i in self.items[path]], "10"
-
-    async def watch(
-        self,
-        path: str,
-        resource_version: str,
-        params: Mapping[str, Any] | None = None,
-        timeout_seconds: int = 300,
-    ) -> AsyncIterator[dict[str, Any]]:
-        await asyncio.Future()
-        yield {}  # pragma: no cover - unreachable, makes this an async generator
-
-
 async def test_feed_lists_bound_pods_only_and_syncs_after_both_lists() -> None:
-    rest = FakeRest(
-        {
-            "/api/v1/nodes": [node("n1", "zone-b")],
-            "/api/v1/pods": [pod("a", node="n1", cpu="3")],
-        }
-    )
+    api = FakeApi()
+    n1 = node("n1", "zone-b")
+    n1["metadata"]["managedFields"] = [{"manager": "kubelet", "operation": "Update"}]
+    api.put(NODES.path(name="n1"), n1)
+    api.put(PODS.path("team-a", "a"), pod("a", node="n1", cpu="3"))
+    api.put(PODS.path("team-a", "waiting"), pod("waiting", cpu="5"))
+    api.put(PODS.path("team-a", "done"), pod("done", node="n1", cpu="7", phase="Succeeded"))
+    # The first pod lists fail: the nodes are listed, yet the snapshot must not be usable.
+    api.fail_next("GET", PODS.path(), 500, times=3)
     snap = Snapshot()
-    feed = SnapshotFeed(rest, snap)
+    feed = SnapshotFeed(InformerFactory(api), snap)
     task = asyncio.create_task(feed.run())
     try:
         await asyncio.wait_for(feed.nodes.synced.wait(), 5)
+        assert not feed.pods.synced.is_set()  # three failed lists back off for > 0.7 s
         assert not snap.synced, "synced before the pods were listed"
-        rest.listed.set()
-        await asyncio.wait_for(feed.pods.synced.wait(), 5)
+        await asyncio.wait_for(feed.pods.synced.wait(), 10)
         for _ in range(100):
             if snap.synced:
                 break
             await asyncio.sleep(0)
         assert snap.synced
-        assert snap.nodes["n1"].used_cpu == 3000
-        assert rest.params["/api/v1/pods"] == {"fieldSelector": POD_FIELD_SELECTOR}
+        assert snap.nodes["n1"].used_cpu == 3000, "only the bound, running pod counts"
+        assert set(snap.pods) == {"team-a/a"}
+        pod_lists = [c for c in api.calls if c.method == "GET" and c.path == PODS.path()]
+        assert all(c.params["fieldSelector"] == POD_FIELD_SELECTOR for c in pod_lists)
         assert "managedFields" not in feed.nodes.store["n1"]["metadata"]
     finally:
         task.cancel()

@@ -13,9 +13,8 @@ import asyncio
 import base64
 import copy
 import json
-from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 import jsonpatch
 import pytest
@@ -32,8 +31,8 @@ from pilotfish.gates import (
     PodGates,
     read_record,
 )
-from pilotfish.httpserver import run_together
-from pilotfish.kube.rest import ApiError, Rest
+from pilotfish.kube.factory import InformerFactory
+from pilotfish.tasks import TaskDied, run_guarded
 from pilotfish.webhooks import gating, pods, server
 from pilotfish.webhooks.admission import Decision
 from pilotfish.webhooks.gatecache import GATE_POLICIES, GatePolicyCache, StaticViews
@@ -41,6 +40,7 @@ from pilotfish.webhooks.gateview import BrokenPolicy, GateView, PolicyEntry, par
 from pilotfish.webhooks.patches import escape, pointer
 from pilotfish.webhooks.podchecks import POD_CHECKS, PodAdmission, PodCheck, violations
 from tests import builders
+from tests.fakeapi import FakeApi
 from tests.test_chart_values import CHART, helm, needs_helm
 
 Client = TestClient[web.Request, web.Application]
@@ -548,34 +548,12 @@ def test_checks_compose() -> None:
 # --- the live view: nothing is admitted before it has synced ----------------------------------
 
 
-class FakeRest(Rest):
-    """Serves one GatePolicy list when the test allows it, then the watch events it feeds."""
+GATE_POLICIES_COLLECTION = (f"{GATE_POLICIES.group}/{GATE_POLICIES.version}", GATE_POLICIES.plural)
 
-    def __init__(self, items: list[dict[str, Any]]) -> None:
-        super().__init__(cast(Any, None))
-        self.items = items
-        self.allow_list = asyncio.Event()
-        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
-    async def list_pages(
-        self, path: str, params: Mapping[str, Any] | None = None, page: int = 500
-    ) -> tuple[list[dict[str, Any]], str]:
-        assert path == GATE_POLICIES.path() == "/apis/pilotfish.io/v1alpha1/gatepolicies"
-        await self.allow_list.wait()
-        return copy.deepcopy(self.items), "100"
-
-    async def watch(
-        self,
-        path: str,
-        resource_version: str,
-        params: Mapping[str, Any] | None = None,
-        timeout_seconds: int = 300,
-    ) -> AsyncIterator[dict[str, Any]]:
-        while True:
-            event = await self.events.get()
-            if event["type"] == "ERROR":
-                raise ApiError(410, "Expired", "too old")
-            yield event
+def put_policy(api: FakeApi, obj: dict[str, Any]) -> None:
+    meta = obj["metadata"]
+    api.put(GATE_POLICIES.path(meta["namespace"], meta["name"]), obj)
 
 
 def envelope(obj: dict[str, Any], uid: str = "u-1") -> dict[str, Any]:
@@ -611,27 +589,29 @@ async def until(what: str, check: Any, changed: asyncio.Event, within: float = 5
 
 
 async def test_pods_are_refused_until_the_view_has_synced_then_follow_the_watch() -> None:
-    rest = FakeRest([policy("p")])
-    cache = GatePolicyCache.watching(rest)
+    api = FakeApi()
+    put_policy(api, policy("p"))
+    factory = InformerFactory(api)
+    cache = GatePolicyCache.watching(factory)
     changed = asyncio.Event()
     cache.informer.add_handler(lambda *_: changed.set())  # runs after the cache's own handler
     app = server.make_app(server.bind_reviews(cache, clock=lambda: NOW), ready=cache.synced)
     async with TestClient(TestServer(app)) as client:
-        task = asyncio.create_task(cache.run())
-        try:
-            assert cache.snapshot() is None
-            for path in ("/mutate/pods", "/validate/pods"):
-                refused = await answer(client, path, pod({"app": "web"}))
-                assert refused["allowed"] is False
-                assert refused["status"] == {
-                    "code": 503,
-                    "reason": "ServiceUnavailable",
-                    "message": pods.STARTING,
-                }
-            assert (await client.get("/readyz")).status == 503
-            assert (await client.get("/healthz")).status == 200  # alive, just not ready
+        # Not listed yet: every pod is refused as "starting", and the server is not ready.
+        assert cache.snapshot() is None
+        for path in ("/mutate/pods", "/validate/pods"):
+            refused = await answer(client, path, pod({"app": "web"}))
+            assert refused["allowed"] is False
+            assert refused["status"] == {
+                "code": 503,
+                "reason": "ServiceUnavailable",
+                "message": pods.STARTING,
+            }
+        assert (await client.get("/readyz")).status == 503
+        assert (await client.get("/healthz")).status == 200  # alive, just not ready
 
-            rest.allow_list.set()
+        task = asyncio.create_task(factory.run())
+        try:
             await asyncio.wait_for(cache.informer.synced.wait(), timeout=5)
             assert (await client.get("/readyz")).status == 200
             gated = await answer(client, "/mutate/pods", pod({"app": "web"}))
@@ -648,8 +628,8 @@ async def test_pods_are_refused_until_the_view_has_synced_then_follow_the_watch(
                 prefixes=["teamb.example.com/"],
                 gates=[builders.gate("teamb.example.com/ready")],
             )
-            rest.events.put_nowait({"type": "ADDED", "object": other})
-            rest.events.put_nowait({"type": "DELETED", "object": policy("p")})
+            put_policy(api, other)
+            api.remove(GATE_POLICIES.path("team-a", "p"))
             await until(
                 "p gone from the view", lambda: not current(cache).in_namespace("team-a"), changed
             )
@@ -658,10 +638,14 @@ async def test_pods_are_refused_until_the_view_has_synced_then_follow_the_watch(
             assert denied["allowed"] is False
             assert "belongs to GatePolicies in namespace team-b" in denied["status"]["message"]
 
-            # 410 Gone: relist, and the view becomes the list again (q was never listed).
-            rest.events.put_nowait({"type": "ERROR", "object": {}})
-            await until("the relist", lambda: current(cache).in_namespace("team-a") != (), changed)
-            assert current(cache).in_namespace("team-b") == ()
+            # q is deleted without the watch seeing it, and the watch's resume is 410 Gone:
+            # only the relist can tell the view that q is gone.
+            del api.store(*GATE_POLICIES_COLLECTION)["team-b/q"]
+            api.fail_next("WATCH", GATE_POLICIES.path(), 410)
+            await api.close_watches()
+            await until("the relist", lambda: current(cache).in_namespace("team-b") == (), changed)
+            lists = [c for c in api.calls if c.method == "GET" and c.path == GATE_POLICIES.path()]
+            assert len(lists) == 2
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -683,10 +667,14 @@ async def test_a_view_that_stops_updating_stops_the_server() -> None:
     async def informer_returns() -> None:
         return None
 
-    with pytest.raises(KeyError):
-        await asyncio.wait_for(run_together("webhooks", serving(), informer_crashes()), 5)
-    with pytest.raises(RuntimeError, match="ended without an error"):
-        await asyncio.wait_for(run_together("webhooks", serving(), informer_returns()), 5)
+    with pytest.raises(TaskDied, match="KeyError"):
+        await asyncio.wait_for(
+            run_guarded({"webhooks": serving(), "informers": informer_crashes()}), 5
+        )
+    with pytest.raises(TaskDied, match="'informers' stopped: ended without an error"):
+        await asyncio.wait_for(
+            run_guarded({"webhooks": serving(), "informers": informer_returns()}), 5
+        )
 
 
 # --- the chart's side: who may remove gates, who may raise signals -------------------------

@@ -19,7 +19,7 @@ import pytest
 
 from pilotfish import gates, names, timeutil
 from pilotfish.gates import GateRecord, OnExpiry, PodGates
-from pilotfish.operators.gates.decide import World
+from pilotfish.operators.gates import decide as round_
 from pilotfish.operators.gates.model import (
     OWNER,
     NodeView,
@@ -31,6 +31,7 @@ from pilotfish.operators.gates.model import (
     quota_view,
 )
 from pilotfish.operators.gates.pacing import Bucket
+from pilotfish.operators.gates.plan import Plan, RemoveGate, SetCondition, World
 from pilotfish.operators.gates.terms import PolicyGates, policy_gates, verified, wire
 
 NOW = datetime.datetime(2030, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -39,6 +40,16 @@ NS = "team-a"
 
 def at(seconds: float) -> datetime.datetime:
     return NOW + datetime.timedelta(seconds=seconds)
+
+
+def mono(t: datetime.datetime) -> float:
+    """The monotonic instant of wall time `t`: the tests' two clocks move together, NOW at 0."""
+    return (t - NOW).total_seconds()
+
+
+def decide(w: World, now: datetime.datetime) -> Plan:
+    """One round at wall time `now` (and its monotonic twin)."""
+    return round_.decide(w, now, mono(now))
 
 
 def ts(seconds: float) -> str:
@@ -173,12 +184,31 @@ def view(name: str, gated: Mapping[str, GateRecord] | None = None, **kw: Any) ->
     return pod_view(pod(name, gated, **kw))
 
 
-def team_quota(team: str, name: str | None = None, **bands: Mapping[str, Any]) -> QuotaView:
-    """A TeamQuota; band keyword best_effort stands for best-effort."""
+def team_quota(
+    team: str,
+    name: str | None = None,
+    *,
+    used: Mapping[str, Mapping[str, Any]] | None = None,
+    reservations: Iterable[Mapping[str, Any]] = (),
+    **bands: Mapping[str, Any],
+) -> QuotaView:
+    """A TeamQuota, read as its quota ledger: `bands` its limits (band keyword best_effort
+    stands for best-effort), `used` what the quota controller counted per band (wire form),
+    `reservations` the room handed out to pods not counted yet."""
     spec_bands = {k.replace("_", "-"): dict(v) for k, v in bands.items()}
+    status: dict[str, Any] = {"used": dict(used or {}), "reservations": list(reservations)}
     return quota_view(
-        {"metadata": {"name": name or team}, "spec": {"team": team, "bands": spec_bands}}
+        {
+            "metadata": {"name": name or team},
+            "spec": {"team": team, "bands": spec_bands},
+            "status": status,
+        }
     )
+
+
+def reservation(uid: str, band: str = "batch", **resources: Any) -> dict[str, Any]:
+    """A reservation in a TeamQuota's status, as admission or a release writes it."""
+    return {"pod": f"{NS}/{uid}", "uid": uid, "band": band, "resources": resources, "time": ts(0)}
 
 
 def signal(name: str, ready: str = "True", ns: str = NS) -> SignalView:
@@ -229,7 +259,6 @@ def world(
     nodes: Iterable[NodeView] = (),
     pacing: Mapping[str, Pacing] | None = None,
     buckets: Mapping[str, Bucket] | None = None,
-    usage: Mapping[tuple[str, str, str], Any] | None = None,
     namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
     policies: Iterable[dict[str, Any]] | None = None,
 ) -> World:
@@ -242,7 +271,6 @@ def world(
     )
     return World(
         pods=pods,
-        usage=dict(usage or {}),
         namespace_labels=dict(namespace_labels or {}),
         signals=None if signals is None else {(s.namespace, s.name): s for s in signals},
         quotas=list(quotas),
@@ -251,6 +279,27 @@ def world(
         buckets=dict(buckets or {}),
         policies=index,
     )
+
+
+# --- reading a plan -----------------------------------------------------------------------
+
+
+def of(d: Plan, kind: type[Any]) -> list[Any]:
+    return [a for a in d.actions if isinstance(a, kind)]
+
+
+def removed(d: Plan) -> list[tuple[str, str]]:
+    return sorted((a.pod.name, a.gate) for a in of(d, RemoveGate))
+
+
+def released(d: Plan) -> list[str]:
+    return sorted({a.pod.name for a in of(d, RemoveGate) if a.final})
+
+
+def condition(d: Plan, name: str) -> SetCondition | None:
+    found = [a for a in of(d, SetCondition) if a.pod.name == name]
+    assert len(found) <= 1
+    return found[0] if found else None
 
 
 # --- the builders build what they say ----------------------------------------------------

@@ -127,18 +127,27 @@ CPU2 = {"cpu": Fraction(2), "pods": Fraction(1)}
             "pods 3/3 used, pod asks 1",
         ),
         ("t", [team_quota("t", batch={"cpu": "500m"})], {}, False, "cpu 0/500m used, pod asks 2"),
-        # A TeamQuota that leaves the band out does not limit it (the TeamQuota API says so).
-        ("t", [team_quota("t", production={"cpu": "1"})], {"cpu": 99}, True, "not limited"),
+        # A TeamQuota that leaves the band out does not grant it: nothing runs there.
+        (
+            "t",
+            [team_quota("t", production={"cpu": "1"})],
+            {"cpu": 99},
+            False,
+            "does not grant the batch band",
+        ),
+        # A band granted without limits admits anything.
+        ("t", [team_quota("t", batch={})], {"cpu": 99}, True, "no limits"),
         # No TeamQuota at all for the team: not admitted, and the evidence says so.
         ("t", [team_quota("other", batch={"cpu": "10"})], {}, False, "team t has no TeamQuota"),
         ("", [team_quota("t", batch={"cpu": "10"})], {}, False, "pod has no team"),
-        # Several quotas of one team all have to admit.
+        # Several TeamQuotas claiming one team: the first by name is its ledger, for every
+        # reader (`pilotfish.ledger.quota_for`), so admission and release agree.
         (
             "t",
-            [team_quota("t", "a", batch={"cpu": "10"}), team_quota("t", "b", batch={"cpu": "3"})],
+            [team_quota("t", "b", batch={"cpu": "3"}), team_quota("t", "a", batch={"cpu": "10"})],
             {"cpu": 2},
-            False,
-            "TeamQuota b: cpu 2/3 used",
+            True,
+            "TeamQuota a: cpu 2/10 used",
         ),
     ],
 )

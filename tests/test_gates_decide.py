@@ -1,8 +1,8 @@
-"""The pure decision: releases, order, gangs, quota accounting, expiry, conditions, wake-up."""
+"""The pure decision, release phase: releases, order, gangs, quota accounting (expiry, the
+State condition and wake-ups: `test_gates_expiry`)."""
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
@@ -11,44 +11,33 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pilotfish import gates, names, timeutil
-from pilotfish.gates import GateRecord, read_record
-from pilotfish.operators.gates.decide import (
-    Action,
-    Decision,
-    Expire,
-    RemoveGate,
-    SetCondition,
-    UpdateRecord,
-    World,
-    decide,
-    retry_backoff,
-)
-from pilotfish.operators.gates.model import NodeView, Pacing, PodView, normalize_image, pod_view
+from pilotfish import gates, names
+from pilotfish.gates import GateRecord
+from pilotfish.operators.gates.model import NodeView, Pacing, PodView, normalize_image
 from pilotfish.operators.gates.pacing import Bucket
-from tests.test_gates_builders import NOW, at, gate, pod, rec, signal, team_quota, view, world
+from pilotfish.operators.gates.plan import (
+    RemoveGate,
+)
+from tests.test_gates_builders import (
+    NOW,
+    at,
+    condition,
+    decide,
+    gate,
+    of,
+    rec,
+    released,
+    removed,
+    reservation,
+    signal,
+    team_quota,
+    view,
+    world,
+)
 
 DATA = "gates.pilotfish.io/data"
 QUOTA = "gates.pilotfish.io/quota"
 GANG = "gates.pilotfish.io/gang"
-
-
-def of(d: Decision, kind: type[Any]) -> list[Any]:
-    return [a for a in d.actions if isinstance(a, kind)]
-
-
-def removed(d: Decision) -> list[tuple[str, str]]:
-    return sorted((a.pod.name, a.gate) for a in of(d, RemoveGate))
-
-
-def released(d: Decision) -> list[str]:
-    return sorted({a.pod.name for a in of(d, RemoveGate) if a.final})
-
-
-def condition(d: Decision, name: str) -> SetCondition | None:
-    found = [a for a in of(d, SetCondition) if a.pod.name == name]
-    assert len(found) <= 1
-    return found[0] if found else None
 
 
 # --- release -------------------------------------------------------------------------------
@@ -264,30 +253,28 @@ def test_quota_counts_releases_within_one_round() -> None:
     assert "cpu 3/3 used, pod asks 1" in d.waiting["team-a/p3"]
 
 
-def test_quota_usage_includes_ungated_pods_and_released_ones() -> None:
+def test_quota_reads_the_ledger_used_and_reserved_but_not_the_pods_own_reservation() -> None:
+    """What is free comes from the one quota ledger: what the quota controller counted
+    (`used`) plus the room reserved for pods it does not count yet; a pod that holds a
+    reservation (admitted with one) is not counted twice against itself."""
     pods = [
         view("new", {"quota": rec("Quota")}, team="t"),
-        view("released-earlier", None, team="t", cpu="2"),
         view("finished", None, team="t", cpu="2", phase="Succeeded"),
-        view("leaving", None, team="t", cpu="2", deleting=True),
         view("still-gated", {"data": rec()}, team="t", cpu="2"),
     ]
-    # 1 cpu from pods without the gated label, counted under the namespace's team.
-    usage = {("team-a", "", "batch"): {"cpu": Fraction(1), "pods": Fraction(1)}}
-    q = team_quota("t", batch={"cpu": "4"})
+    used = {"batch": {"cpu": "1", "pods": 1}}
+    held = [reservation("uid-other", cpu="2", pods=1)]
     d = decide(
-        world(pods, quotas=[q], usage=usage, namespace_labels={"team-a": {names.LABEL_TEAM: "t"}}),
-        NOW,
+        world(pods, quotas=[team_quota("t", batch={"cpu": "4"}, used=used, reservations=held)]), NOW
     )
     assert released(d) == ["new"]
     ev = next(a.evidence for a in of(d, RemoveGate) if a.gate == QUOTA)
     assert "cpu 3/4 used, pod asks 1" in ev
-    q2 = team_quota("t", batch={"cpu": "3"})
-    d2 = decide(
-        world(pods, quotas=[q2], usage=usage, namespace_labels={"team-a": {names.LABEL_TEAM: "t"}}),
-        NOW,
-    )
-    assert released(d2) == []
+    full = team_quota("t", batch={"cpu": "3"}, used=used, reservations=held)
+    assert released(decide(world(pods, quotas=[full]), NOW)) == []
+    own = [*held, reservation("uid-new", cpu="1", pods=1)]
+    mine = team_quota("t", batch={"cpu": "4"}, used=used, reservations=own)
+    assert released(decide(world(pods, quotas=[mine]), NOW)) == ["new"]
 
 
 def test_quota_refusal_holds_later_pods_of_the_same_team_and_band() -> None:
@@ -354,15 +341,13 @@ def test_property_quota_is_never_over_released(
         team_quota(
             t,
             None,
+            used={b: {"cpu": str(used[(t, b)]), "pods": 1} for b in ("batch", "production")},
             batch={"cpu": str(limits[(t, "batch")]), "pods": pod_limit},
             production={"cpu": str(limits[(t, "production")]), "pods": pod_limit},
         )
         for t in ("t", "u")
     ]
-    usage = {
-        ("team-a", t, b): {"cpu": Fraction(used[(t, b)]), "pods": Fraction(1)} for (t, b) in used
-    }
-    d = decide(world(pods, quotas=quotas, usage=usage), NOW)
+    d = decide(world(pods, quotas=quotas), NOW)
     by_name = {p.name: p for p in pods}
     for t in ("t", "u"):
         for b in ("batch", "production"):
@@ -380,168 +365,3 @@ def test_property_quota_is_never_over_released(
         members = [p.name for p in pods if p.gang == g]
         got = [n for n in members if n in released(d)]
         assert got == [] or (len(members) >= 2 and got == members)
-
-
-# --- expiry --------------------------------------------------------------------------------
-
-
-def test_expiry_fail_marks_expired_then_deletes() -> None:
-    p = view("p", {"data": rec(deadline=-1, timeout=30, on_expiry="Fail")})
-    d = decide(world([p], signals=[signal("data", "False")]), NOW)
-    [e] = of(d, Expire)
-    assert (e.gate, e.action) == (DATA, "Fail")
-    assert "not Ready" in e.evidence
-    c = condition(d, "p")
-    assert c is not None and (c.status, c.reason) == ("False", gates.STATE_EXPIRED)
-    assert "timeout 30s, onExpiry Fail" in c.message and "the pod is deleted" in c.message
-    assert of(d, RemoveGate) == []
-
-
-def test_expiry_fail_wins_over_releasing_other_gates() -> None:
-    p = view("p", {"data": rec(), "late": rec(signal="never", deadline=-1)})
-    d = decide(world([p], signals=[signal("data")]), NOW)
-    assert of(d, RemoveGate) == []
-    assert [e.gate for e in of(d, Expire)] == [gate("late")]
-
-
-def test_expiry_retry_extends_the_deadline_with_backoff() -> None:
-    p = view(
-        "p", {"data": rec(deadline=-1, on_expiry="Retry", initial=10, maximum=600, attempts=2)}
-    )
-    d = decide(world([p], signals=[signal("data", "False")]), NOW)
-    [u] = of(d, UpdateRecord)
-    [e] = of(d, Expire)
-    new = read_record({"metadata": {"annotations": {gates.ANNOTATION_RECORD: u.record}}})
-    assert new is not None
-    assert new.gates[DATA].attempts == 3
-    assert new.gates[DATA].deadline == timeutil.format_time(at(40))  # 10 * 2**2
-    assert (e.action, e.attempts, e.next_deadline) == ("Retry", 3, new.gates[DATA].deadline)
-    assert d.wake_at == at(40)
-    assert of(d, RemoveGate) == []
-
-
-def test_retry_backoff_sequence_doubles_up_to_the_cap() -> None:
-    r = rec(on_expiry="Retry", initial=10, maximum=300)
-    seen: list[int] = []
-    p = pod_view(pod("p", {"data": r}))
-    for _ in range(7):
-        expired_at = timeutil.parse_time(p.record[DATA].deadline) + datetime.timedelta(seconds=1)
-        d = decide(world([p], signals=[signal("data", "False")]), expired_at)
-        [u] = of(d, UpdateRecord)
-        nxt = read_record({"metadata": {"annotations": {gates.ANNOTATION_RECORD: u.record}}})
-        assert nxt is not None
-        seen.append(
-            int((timeutil.parse_time(nxt.gates[DATA].deadline) - expired_at).total_seconds())
-        )
-        p = pod_view(pod("p", dict(nxt.gates)))
-    assert seen == [10, 20, 40, 80, 160, 300, 300]
-    assert retry_backoff(rec(initial=10, maximum=300, attempts=10)) == 300
-
-
-def test_expiry_review_flags_once_and_keeps_the_gate() -> None:
-    p = view("p", {"data": rec(deadline=-1, on_expiry="Review")})
-    d = decide(world([p], signals=[signal("data", "False")]), NOW)
-    assert [(e.gate, e.action) for e in of(d, Expire)] == [(DATA, "Review")]
-    assert of(d, RemoveGate) == []
-    c = condition(d, "p")
-    assert c is not None and c.reason == gates.STATE_EXPIRED and "review" in c.message
-    # Next round: the pod carries the review label: no second expiry, no wake-up for it.
-    flagged = view("p", {"data": rec(deadline=-1, on_expiry="Review")}, review=True)
-    d2 = decide(world([flagged], signals=[signal("data", "False")]), at(5))
-    assert of(d2, Expire) == [] and d2.wake_at is None
-    # A person (or the signal) may still release it: the condition is still evaluated.
-    d3 = decide(world([flagged], signals=[signal("data")]), at(6))
-    assert released(d3) == ["p"]
-
-
-def test_quota_refused_past_the_deadline_expires() -> None:
-    p = view("p", {"quota": rec("Quota", deadline=-1, on_expiry="Fail")}, team="t", cpu="5")
-    d = decide(world([p], quotas=[team_quota("t", batch={"cpu": "4"})]), NOW)
-    [e] = of(d, Expire)
-    assert "cpu 0/4 used, pod asks 5" in e.evidence
-
-
-def test_met_but_paced_does_not_expire() -> None:
-    """Waiting only for our own throttling is not the condition failing."""
-    pods = [view(f"p{i}", {"data": rec(deadline=-1)}, age=10 - i) for i in range(2)]
-    d = decide(
-        world(pods, signals=[signal("data")], pacing={"team-a": Pacing(max_in_flight=1)}), NOW
-    )
-    assert released(d) == ["p0"]
-    assert of(d, Expire) == []
-
-
-# --- wake-up -------------------------------------------------------------------------------
-
-
-def test_next_wake_up_is_the_earliest_future_deadline() -> None:
-    pods = [
-        view("a", {"data": rec(deadline=300)}),
-        view("b", {"data": rec(deadline=45), "other": rec(signal="x", deadline=900)}),
-        view("c", {"data": rec(deadline=120)}),
-    ]
-    d = decide(world(pods, signals=[signal("data", "False")]), NOW)
-    assert d.wake_at == at(45)
-
-
-def test_no_deadline_no_wake_up() -> None:
-    d = decide(world([view("p", None, node="n", phase="Running")]), NOW)
-    assert d.wake_at is None
-
-
-@given(st.lists(st.integers(1, 10_000), min_size=1, max_size=20))
-def test_property_wake_up_is_min_of_deadlines(deadlines: list[int]) -> None:
-    pods = [view(f"p{i}", {"data": rec(deadline=s)}) for i, s in enumerate(deadlines)]
-    d = decide(world(pods, signals=[signal("data", "False")]), NOW)
-    assert d.wake_at == at(min(deadlines))
-
-
-# --- the State condition -------------------------------------------------------------------
-
-
-def test_condition_already_correct_is_not_rewritten() -> None:
-    msg = f"waiting for {DATA} (GateSignal data not Ready)"
-    p = view("p", {"data": rec()}, state=("False", gates.STATE_GATED, msg))
-    d = decide(world([p], signals=[signal("data", "False")]), NOW)
-    assert d.actions == ()
-
-
-def test_condition_keeps_its_transition_time_while_status_stays() -> None:
-    p = view("p", {"data": rec()}, age=60, state=("False", gates.STATE_GATED, "older message"))
-    d = decide(world([p], signals=[signal("data", "False")]), NOW)
-    c = condition(d, "p")
-    assert c is not None and c.last_transition_time == timeutil.format_time(at(-60))
-    d2 = decide(world([p], signals=[signal("data")]), NOW)
-    c2 = condition(d2, "p")
-    assert c2 is not None and c2.last_transition_time == timeutil.format_time(NOW)
-
-
-@pytest.mark.parametrize(
-    ("kw", "state"),
-    [
-        ({}, (gates.STATE_READY, "all Pilotfish gates removed")),
-        (
-            {"scheduled": ("False", "Unschedulable", "0/3 nodes are available")},
-            (gates.STATE_UNSCHEDULABLE, "0/3 nodes are available"),
-        ),
-        ({"node": "kwok-1", "phase": "Running"}, (gates.STATE_RUNNING, "running on node kwok-1")),
-        ({"node": "kwok-1"}, (gates.STATE_READY, "all Pilotfish gates removed")),
-    ],
-)
-def test_state_after_release_follows_the_scheduler(
-    kw: dict[str, Any], state: tuple[str, str]
-) -> None:
-    d = decide(world([view("p", None, **kw)]), NOW)
-    c = condition(d, "p")
-    assert c is not None and (c.status, c.reason, c.message) == ("True", *state)
-
-
-def test_same_world_same_decision() -> None:
-    """Level-triggered: deciding twice from the same view gives the same writes, so a
-    duplicate event or a restart converges instead of doing something else."""
-    pods = [
-        view(f"p{i}", {"data": rec(), "quota": rec("Quota")}, team="t", age=i) for i in range(4)
-    ]
-    w: World = world(pods, signals=[signal("data")], quotas=[team_quota("t", batch={"cpu": "2"})])
-    a: tuple[Action, ...] = decide(w, NOW).actions
-    assert a == decide(w, NOW).actions

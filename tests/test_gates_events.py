@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import datetime
 import json
 from pathlib import Path
 from typing import Any
 
-from pilotfish.kube.events import EventRecorder, micro_time, object_reference
-from pilotfish.kube.rest import ApiError
+from pilotfish.kube.events import EventRecorder, object_reference
 from pilotfish.operators.gates.audit import AuditLog, read, released_keys
+from pilotfish.timeutil import FakeClock, format_micro_time
+from tests.fakeapi import FakeApi
 from tests.test_gates_builders import NOW
-from tests.test_gates_controller import FakeApi
 
 POD: dict[str, Any] = {
     "apiVersion": "v1",
@@ -20,29 +19,23 @@ POD: dict[str, Any] = {
 }
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> datetime.datetime:
-        return self.now
-
-    def tick(self, seconds: float) -> None:
-        self.now += datetime.timedelta(seconds=seconds)
+def events(api: FakeApi) -> list[dict[str, Any]]:
+    return list(api.store("events.k8s.io/v1", "events").values())
 
 
-def recorder(api: FakeApi, clock: Clock, **kw: Any) -> EventRecorder:
+def recorder(api: FakeApi, clock: FakeClock, **kw: Any) -> EventRecorder:
     return EventRecorder(api, "pilotfish.io/gates", "host-1", clock=clock, **kw)
 
 
 async def test_event_body_is_a_valid_events_k8s_io_v1_event() -> None:
-    api, clock = FakeApi(), Clock()
+    api, clock = FakeApi(), FakeClock(NOW)
     assert await recorder(api, clock).emit(POD, "GateReleased", "released x", action="Release") == (
         "created"
     )
-    [(method, path, body)] = api.calls
-    assert (method, path) == ("POST", "/apis/events.k8s.io/v1/namespaces/team-a/events")
-    assert body["eventTime"] == micro_time(NOW) == "2030-01-01T12:00:00.000000Z"
+    [call] = api.writes()
+    assert (call.method, call.path) == ("POST", "/apis/events.k8s.io/v1/namespaces/team-a/events")
+    body = call.body
+    assert body["eventTime"] == format_micro_time(NOW) == "2030-01-01T12:00:00.000000Z"
     assert body["regarding"] == object_reference(POD)
     assert body["regarding"]["uid"] == "u1"
     for field in ("reportingController", "reportingInstance", "action", "reason", "note", "type"):
@@ -51,52 +44,50 @@ async def test_event_body_is_a_valid_events_k8s_io_v1_event() -> None:
 
 
 async def test_repeats_become_a_series_written_at_most_once_per_interval() -> None:
-    api, clock = FakeApi(), Clock()
+    api, clock = FakeApi(), FakeClock(NOW)
     rec = recorder(api, clock, series_interval=30.0)
     outcomes = []
     for _ in range(5):
         outcomes.append(await rec.emit(POD, "GateRetry", "same", action="Retry"))
-        clock.tick(10)
+        clock.advance(10)
     assert outcomes == ["created", "pending", "pending", "series", "pending"]
-    [event] = api.events.values()
+    [event] = events(api)
     assert event["series"]["count"] == 4
-    assert len(api.calls) == 2  # one create, one series patch: not five writes
+    assert len(api.writes()) == 2  # one create, one series patch: not five writes
 
 
 async def test_a_different_note_is_a_different_event() -> None:
-    api, clock = FakeApi(), Clock()
+    api, clock = FakeApi(), FakeClock(NOW)
     rec = recorder(api, clock)
     await rec.emit(POD, "GateReleased", "a", action="Release")
     await rec.emit(POD, "GateReleased", "b", action="Release")
-    assert len(api.events) == 2
+    assert len(events(api)) == 2
 
 
 async def test_spam_filter_caps_events_per_object() -> None:
-    api, clock = FakeApi(), Clock()
+    api, clock = FakeApi(), FakeClock(NOW)
     rec = recorder(api, clock, burst=3, refill_seconds=60.0)
     got = [await rec.emit(POD, "GateRetry", f"n{i}", action="Retry") for i in range(5)]
     assert got == ["created", "created", "created", "dropped", "dropped"]
     other = {**POD, "metadata": {**POD["metadata"], "name": "q", "uid": "u2"}}
     assert await rec.emit(other, "GateRetry", "n0", action="Retry") == "created"
-    clock.tick(60)
+    clock.advance(60)
     assert await rec.emit(POD, "GateRetry", "n9", action="Retry") == "created"
 
 
 async def test_expired_series_event_is_created_again() -> None:
-    api, clock = FakeApi(), Clock()
+    api, clock = FakeApi(), FakeClock(NOW)
     rec = recorder(api, clock, series_interval=1.0)
     await rec.emit(POD, "GateRetry", "same", action="Retry")
-    api.events.clear()  # the Event's TTL ran out on the server
-    clock.tick(2)
+    api.store("events.k8s.io/v1", "events").clear()  # the Event's TTL ran out on the server
+    clock.advance(2)
     assert await rec.emit(POD, "GateRetry", "same", action="Retry") == "created"
-    assert len(api.events) == 1
+    assert len(events(api)) == 1
 
 
 async def test_a_failed_write_is_reported_not_raised() -> None:
-    api, clock = FakeApi(), Clock()
-    api.fail_next["/apis/events.k8s.io/v1/namespaces/team-a/events"] = ApiError(
-        403, "Forbidden", "no"
-    )
+    api, clock = FakeApi(), FakeClock(NOW)
+    api.fail_next("POST", "/apis/events.k8s.io/v1/namespaces/team-a/events", 403)
     assert await recorder(api, clock).emit(POD, "GateReleased", "x", action="Release") is None
 
 
@@ -119,7 +110,7 @@ def test_audit_line_format(tmp_path: Path) -> None:
     assert len(raw) == 2
     first = json.loads(raw[0])
     assert first == {
-        "ts": "2030-01-01T12:00:00.000Z",
+        "ts": "2030-01-01T12:00:00.000000Z",
         "pod": "team-a/p",
         "uid": "u1",
         "gate": "gates.pilotfish.io/data",

@@ -10,8 +10,8 @@ for the quota gate of a pod over quota, and a back-dated `gates.pilotfish.io/rel
 
 from __future__ import annotations
 
-import copy
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +19,17 @@ import pytest
 
 from pilotfish import gates, timeutil
 from pilotfish.gates import GateRecord
+from pilotfish.kube.rest import GATEPOLICIES
 from pilotfish.operators.gates import terms
-from pilotfish.operators.gates.controller import REASON_UNTRUSTED, ROUND
-from pilotfish.operators.gates.decide import (
-    Decision,
-    Expire,
-    Flag,
-    RemoveGate,
-    SetCondition,
-    decide,
-)
 from pilotfish.operators.gates.model import ANNOTATION_RELEASED, OWNER, pod_view
+from pilotfish.operators.gates.plan import Expire, Flag, Plan, RemoveGate, SetCondition
+from pilotfish.operators.gates.terms import REASON_UNTRUSTED
 from pilotfish.webhooks import pods as webhook_pods
 from pilotfish.webhooks import quota as webhook_quota
+from tests.gates_harness import Harness, running
 from tests.test_gates_builders import (
     NOW,
+    decide,
     gate,
     gate_policy,
     pod,
@@ -43,7 +39,6 @@ from tests.test_gates_builders import (
     view,
     world,
 )
-from tests.test_gates_controller import Clock, FakeApi, controller, lines, observe, raise_signal
 
 DATA = gate("data")
 GANG = gate("gang")
@@ -69,11 +64,11 @@ def quota_record(condition: dict[str, Any] | None = None, **kw: Any) -> GateReco
     )
 
 
-def of(d: Decision, kind: type[Any]) -> list[Any]:
+def of(d: Plan, kind: type[Any]) -> list[Any]:
     return [a for a in d.actions if isinstance(a, kind)]
 
 
-def state(d: Decision, name: str) -> SetCondition:
+def state(d: Plan, name: str) -> SetCondition:
     [c] = [a for a in d.actions if isinstance(a, SetCondition) and a.pod.name == name]
     return c
 
@@ -224,60 +219,58 @@ def test_a_flagged_pod_is_flagged_once() -> None:
 # --- the controller ------------------------------------------------------------------------
 
 
+@pytest.fixture
+async def h(tmp_path: Path) -> AsyncIterator[Harness]:
+    async with running(tmp_path) as harness:
+        yield harness
+
+
 async def test_controller_holds_a_forged_record_flags_it_once_and_audits_nothing(
-    tmp_path: Path,
+    h: Harness,
 ) -> None:
-    api, clock = FakeApi(), Clock()
-    c = controller(api, clock, tmp_path)
-    observe(c, api.add(pod("p", {"data": forged_gang()}, gang="solo")))
-    raise_signal(c, ready="False")
-    await c.sync(ROUND)
-    obj = api.pods["team-a/p"]
+    h.add(pod("p", {"data": forged_gang()}, gang="solo"))
+    h.signal(ready="False")
+    await h.round()
+    obj = h.pod("p")
     assert obj["spec"]["schedulingGates"] == [{"name": DATA}]
     assert obj["metadata"]["labels"][gates.LABEL_REVIEW] == "required"
     [cond] = [x for x in obj["status"]["conditions"] if x["type"] == gates.POD_CONDITION]
     assert (cond["status"], cond["reason"]) == ("False", REASON_UNTRUSTED)
-    [event] = api.events.values()
+    [event] = h.events()
     assert (event["reason"], event["type"]) == (REASON_UNTRUSTED, "Warning")
     assert event["note"].startswith(f"{DATA} is held: its record does not match its GatePolicy")
-    assert lines(tmp_path) == []
+    assert h.lines() == []
     # Converged: the next round writes nothing, even with the signal Ready.
-    observe(c, copy.deepcopy(obj))
-    raise_signal(c)
-    n = len(api.calls)
-    await c.sync(ROUND)
-    assert len(api.calls) == n
+    await h.round()
+    h.signal()
+    n = len(h.api.writes("/pods/"))
+    await h.round()
+    assert len(h.api.writes("/pods/")) == n
 
 
-async def test_controller_follows_the_policy_it_watches(tmp_path: Path) -> None:
+async def test_controller_follows_the_policy_it_watches(h: Harness) -> None:
     """Terms come from the controller's own GatePolicy view: an honest pod whose policy no
     longer declares its gate is held; a policy change starts a round."""
-    api, clock = FakeApi(), Clock()
-    c = controller(api, clock, tmp_path)
-    kicks: list[int] = []
-    c._kick = lambda: kicks.append(1)  # type: ignore[method-assign]
-    c._wire()
-    old = c.policies.store["team-a/policy"]
+    await h.api.settle()
+    while len(h.c.queue):
+        h.c.queue.done(await h.c.queue.get())
     new = gate_policy("policy", {"quota": {"type": "Quota"}}, generation=2)
-    handler = c.policies.handlers[-1]
-    handler("MODIFIED", new, old)
-    assert kicks == [1], "a change of the policy's gates starts a round"
-    c.policies.store["team-a/policy"] = new
-    observe(c, api.add(pod("p", {"data": rec()})))
-    raise_signal(c)
-    await c.sync(ROUND)
-    assert api.pods["team-a/p"]["spec"]["schedulingGates"] == [{"name": DATA}]
-    assert lines(tmp_path) == []
+    h.api.put(GATEPOLICIES.path("team-a", "policy"), new)
+    await h.api.settle()
+    assert len(h.c.queue) == 1, "a change of the policy's gates starts a round"
+    h.add(pod("p", {"data": rec()}))
+    h.signal()
+    await h.round()
+    assert h.pod("p")["spec"]["schedulingGates"] == [{"name": DATA}]
+    assert h.lines() == []
 
 
 async def test_forged_release_marks_put_nothing_of_theirs_in_the_audit_log(
-    tmp_path: Path,
+    h: Harness,
 ) -> None:
     """A back-dated mark with the tenant's text, on a gate still held, on a gate that is not
     ours, or from another actor, writes no line; the one line written (a gate that is gone,
     ours, under our mark) carries the controller's own time and words only."""
-    api, clock = FakeApi(), Clock()
-    c = controller(api, clock, tmp_path)
     tenant_text = "approved by the CFO"
     forged = {
         "at": "2001-01-01T00:00:00Z",
@@ -300,12 +293,13 @@ async def test_forged_release_marks_put_nothing_of_theirs_in_the_audit_log(
     foreign["metadata"]["annotations"][ANNOTATION_RELEASED] = json.dumps(
         {DATA: {**forged, "actor": "someone/else"}}
     )
-    observe(c, *(api.add(o) for o in (held, gone, foreign)))
-    raise_signal(c, ready="False")
-    await c.sync(ROUND)
-    [line] = lines(tmp_path)
+    for o in (held, gone, foreign):
+        h.add(o)
+    h.signal(ready="False")
+    await h.round()
+    [line] = h.lines()
     assert (line["pod"], line["gate"], line["decision"]) == ("team-a/gone", DATA, "released")
-    assert line["ts"] == "2030-01-01T12:00:00.000Z"  # when the controller saw it
+    assert line["ts"] == "2030-01-01T12:00:00.000000Z"  # when the controller saw it
     assert line["decidedFrom"] == ""
     assert tenant_text not in json.dumps(line) and "2001" not in json.dumps(line)
     assert line["evidence"].startswith(f"{DATA} was released by this controller")

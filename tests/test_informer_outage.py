@@ -29,11 +29,13 @@ class FlakyRest:
         self.watch_from: list[str] = []
         self.done = asyncio.Event()
 
-    async def list_pages(self, path: str, params: Any = None, page: int = 500) -> Any:
+    async def list_pages(
+        self, path: str, params: Any = None, page: int = 500, each: Any = None
+    ) -> Any:
         self.lists += 1
         if self.list_failures:
             raise self.list_failures.pop(0)
-        return [dict(i, metadata=dict(i["metadata"])) for i in self.items], "1"
+        return [each(dict(i, metadata=dict(i["metadata"]))) for i in self.items], "1"
 
     async def watch(
         self, path: str, rv: str, params: Any = None, timeout_seconds: int = 300

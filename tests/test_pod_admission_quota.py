@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 from datetime import UTC, datetime
 from typing import Any
@@ -9,13 +11,17 @@ from typing import Any
 import jsonpatch
 
 from pilotfish.gates import read_record, scheduling_gates
+from pilotfish.kube.factory import InformerFactory
+from pilotfish.kube.rest import NAMESPACES, TEAMQUOTAS
 from pilotfish.webhooks import pods
 from pilotfish.webhooks.admission import Decision
 from pilotfish.webhooks.gateview import GateView
 from pilotfish.webhooks.quota import QUOTA_GATE
-from pilotfish.webhooks.teamview import TeamSnapshot
+from pilotfish.webhooks.teamview import TeamCache, TeamSnapshot
+from tests.fakeapi import FakeApi
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
+TEAM = {"pilotfish.io/team": "payments"}
 
 
 def request(band: str | None, cpu: str = "8", **spec: Any) -> dict[str, Any]:
@@ -145,3 +151,39 @@ def test_without_a_team_view_bands_and_quota_are_not_judged() -> None:
     assert pods.mutate(req, GateView(), NOW).patch == ()
     assert pods.validate(req, GateView()).allowed
     assert pods.quota_verdict(req, None, NOW) == Decision.allow()
+
+
+async def test_the_validating_review_reserves_through_the_one_ledger_write() -> None:
+    """The real team view on the fake API server: the verdict's reservation is written to
+    the TeamQuota status conditionally, and the next pod is judged with it counted."""
+    api = FakeApi()
+    api.put(NAMESPACES.path(name="shop"), {"metadata": {"name": "shop", "labels": TEAM}})
+    body = dict(team("90").quotas[0])
+    body["metadata"] = {"name": "payments"}
+    api.put(TEAMQUOTAS.path(name="payments"), body)
+    factory = InformerFactory(api)
+    teams = TeamCache(factory)
+    task = asyncio.ensure_future(factory.run())
+    try:
+        await asyncio.wait_for(factory.wait_synced(), 5)
+        first = request("production", cpu="6")
+        verdict = pods.quota_verdict(first, teams.snapshot(), NOW)
+        assert isinstance(verdict, pods.Reserve)
+        refused = await teams.reserve(
+            verdict.pod, verdict.namespace_labels, verdict.band, verdict.admit, NOW
+        )
+        assert refused is None
+        stored = api.obj(TEAMQUOTAS.path(name="payments"))
+        assert stored is not None
+        assert [r["uid"] for r in stored["status"]["reservations"]] == ["u1"]
+        # A second pod decided from a snapshot taken before the reservation landed.
+        second = request("production", cpu="6")
+        second["object"]["metadata"]["uid"] = "u2"
+        late = pods.quota_verdict(second, team("90"), NOW)
+        assert isinstance(late, pods.Reserve)
+        refused = await teams.reserve(late.pod, late.namespace_labels, late.band, late.admit, NOW)
+        assert refused == "team payments, production cpu: 96 of 100 used, pod asks 6"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

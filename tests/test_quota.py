@@ -1,4 +1,4 @@
-"""Quota arithmetic: exact quantities, requests of a pod, excess and its message."""
+"""Quota amounts: exact quantities, requests of a pod, excess and its message."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pilotfish import quota
+from pilotfish import ledger, quota
 
 
 @pytest.mark.parametrize(
@@ -80,17 +80,16 @@ def test_usage_skips_gated_finished_and_deleting_pods() -> None:
     deleting = pod()
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     foreign_gate = pod(spec={"schedulingGates": [{"name": "example.com/x"}]})
-    assert quota.usage([pod("2"), gated, done, deleting, foreign_gate]) == {
-        "cpu": Fraction(3),
-        "memory": Fraction(2 * 2**30),
-        "pods": Fraction(2),
+    charges = map(ledger.charge_of, [pod("2"), gated, done, deleting, foreign_gate])
+    assert ledger.used_of(charges) == {
+        "batch": {"cpu": Fraction(3), "memory": Fraction(2 * 2**30), "pods": Fraction(2)}
     }
 
 
 def test_band_limits_and_band_of_a_pod() -> None:
     tq = {"spec": {"team": "t", "bands": {"production": {"cpu": "10", "gpus": 2}}}}
-    assert quota.band_limits(tq, "production") == {"cpu": Fraction(10), "gpus": Fraction(2)}
-    assert quota.band_limits(tq, "batch") is None
+    assert ledger.band_limits(tq, "production") == {"cpu": Fraction(10), "gpus": Fraction(2)}
+    assert ledger.band_limits(tq, "batch") is None
     assert quota.pod_band(pod(labels={"pilotfish.io/band": "production"})) == "production"
     assert quota.pod_band(pod(spec={"priorityClassName": "pilotfish-best-effort"})) == "best-effort"
     assert quota.pod_band(pod()) == "batch"

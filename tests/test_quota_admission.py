@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pilotfish import quota
-from pilotfish.webhooks.quota import QUOTA_GATE, Admit, Gate, Refuse, decide, with_reservation
+from pilotfish.ledger import Ledger
+from pilotfish.webhooks.quota import QUOTA_GATE, Admit, Gate, Refuse, decide
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 TEAM_NS = {"pilotfish.io/team": "payments"}
@@ -39,7 +39,8 @@ def tq(
 def test_within_quota_admits_and_reserves() -> None:
     out = decide(pod("8"), TEAM_NS, "production", [tq(used="90")], NOW)
     assert isinstance(out, Admit) and out.quota_name == "payments"
-    assert out.reservation == {
+    assert out.reservation is not None
+    assert out.reservation.wire() == {
         "pod": "shop/p",
         "uid": "u1",
         "band": "production",
@@ -104,12 +105,35 @@ def test_sequential_conditional_reservations_never_exceed_the_limit(
         )
         if isinstance(out, Admit):
             assert out.reservation is not None
-            current = with_reservation(current, out.reservation)
+            current = Ledger.of(current).with_reservations([out.reservation])
             admitted += ask
         else:
             assert isinstance(out, Refuse)
     assert admitted <= limit
-    reserved = quota.parse_band_resources(
-        (current["status"].get("reserved") or {}).get("production")
-    )
-    assert reserved.get("cpu", Fraction(0)) == admitted
+    assert Ledger.of(current).held("production").get("cpu", Fraction(0)) == admitted
+
+
+def test_reservations_count_and_a_pod_s_own_is_not_counted_twice() -> None:
+    held = tq(used="90", bands=("production",))
+    held["status"]["reservations"] = [
+        {
+            "pod": "shop/p",
+            "uid": "u1",
+            "band": "production",
+            "resources": {"cpu": "8", "pods": 1},
+            "time": "2026-01-01T00:00:00Z",
+        }
+    ]
+    other = decide(pod("8", name="q", uid="u2"), TEAM_NS, "production", [held], NOW)
+    assert other == Refuse("team payments, production cpu: 98 of 100 used, pod asks 8")
+    # The same pod asked about again (a retried review) already holds its 8.
+    assert isinstance(decide(pod("8"), TEAM_NS, "production", [held], NOW), Admit)
+
+
+def test_the_reserved_sum_is_written_for_people_not_read() -> None:
+    """Decisions sum `reservations`: a `reserved` field out of step cannot free room."""
+    lying = tq(used="96", bands=("production",))
+    lying["status"]["reserved"] = {"production": {"cpu": "0"}}
+    assert isinstance(decide(pod("8"), TEAM_NS, "production", [lying], NOW), Refuse)
+    lying["status"] = {"reserved": {"production": {"cpu": "100"}}}
+    assert isinstance(decide(pod("8"), TEAM_NS, "production", [lying], NOW), Admit)

@@ -1,10 +1,9 @@
 """`kubectl pilotfish rollout`: what status reports, history, undo's conditional write,
-pause and resume, against the in-memory API of the controller tests."""
+pause and resume, against the shared in-memory API, rolled out by the real controller."""
 
 from __future__ import annotations
 
 import asyncio
-import random
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ from pilotfish.cli.rollout_cmd import (
     status_cmd,
     undo_cmd,
 )
-from pilotfish.operators.serviceworkload.controller import ServiceWorkloadController
+from pilotfish.kube.rest import SERVICEWORKLOADS
 from pilotfish.operators.serviceworkload.progress import (
     REASON_COMPLETE,
     REASON_DEADLINE_EXCEEDED,
@@ -28,12 +27,14 @@ from pilotfish.operators.serviceworkload.progress import (
     REASON_PAUSED,
 )
 from pilotfish.operators.serviceworkload.revisions import template_hash
-from tests.test_rollout_controller import (
-    Clock,
-    FakeApi,
+from pilotfish.timeutil import FakeClock
+from tests.rollout_harness import (
+    SW,
+    T0,
+    Lagging,
     Obj,
-    catch_up,
     set_template,
+    start,
     template,
     workload,
 )
@@ -89,50 +90,47 @@ def test_the_plugin_registers_every_rollout_verb() -> None:
     assert p.parse_args(["rollout", "status", "web", "--watch=false"]).watch is False
 
 
-async def rolled_out(api: FakeApi, clock: Clock, *images: str) -> ServiceWorkloadController:
+async def rolled_out(api: Lagging, *images: str) -> None:
     """A workload taken through `images` (each a completed rollout) by the real controller."""
-    api.put("serviceworkloads", workload(replicas=2))
-    ctrl = ServiceWorkloadController(api, clock=clock, rng=random.Random(3))  # type: ignore[arg-type]
-    for i, image in enumerate(images):
-        if i:
-            set_template(api, template(image))
-        for _ in range(6):
-            clock.now += 1
-            await catch_up(ctrl, api)
-            await ctrl.sync("ns/web")
-            api.make_ready()
-            for p in api.pods(live=False):
-                if p["metadata"].get("deletionTimestamp"):
-                    api.remove("pods", p["metadata"]["name"])
-    await catch_up(ctrl, api)
-    await ctrl.sync("ns/web")
-    return ctrl
+    clock = FakeClock(T0)
+    api.put(SERVICEWORKLOADS.path("ns"), workload(replicas=2))
+    world = await start(api, clock, seed=3)
+    try:
+        for i, image in enumerate(images):
+            if i:
+                set_template(api, template(image))
+            for _ in range(6):
+                clock.advance(1)
+                await world.converge()
+                api.make_ready(clock)
+                api.terminate()
+        await world.converge()
+    finally:
+        await world.stop()
 
 
 @pytest.fixture
-def api() -> FakeApi:
-    return FakeApi(Clock())
+def api() -> Lagging:
+    return Lagging()
 
 
 async def test_undo_writes_the_previous_template_conditionally(
-    api: FakeApi, capsys: pytest.CaptureFixture[str]
+    api: Lagging, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    await rolled_out(api, api.clock, "app:1", "app:2", "app:3")
-    assert await undo_cmd(api, "ns", "web", None) == 0  # type: ignore[arg-type]
-    sw = api.objects["serviceworkloads"][("ns", "web")]
-    assert sw["spec"]["template"] == template("app:2")
+    await rolled_out(api, "app:1", "app:2", "app:3")
+    assert await undo_cmd(api, "ns", "web", None) == 0
+    assert api.sw()["spec"]["template"] == template("app:2")
     assert "rolled back to revision 2" in capsys.readouterr().out
-    assert await undo_cmd(api, "ns", "web", 1) == 0  # type: ignore[arg-type]
-    assert sw is not api.objects["serviceworkloads"][("ns", "web")]
-    assert api.objects["serviceworkloads"][("ns", "web")]["spec"]["template"] == template()
-    assert await undo_cmd(api, "ns", "web", 9) == 1  # type: ignore[arg-type]
+    assert await undo_cmd(api, "ns", "web", 1) == 0
+    assert api.sw()["spec"]["template"] == template()
+    assert await undo_cmd(api, "ns", "web", 9) == 1
     assert "revision 9 not found" in capsys.readouterr().err
 
 
 async def test_undo_refuses_to_overwrite_a_concurrent_edit(
-    api: FakeApi, capsys: pytest.CaptureFixture[str]
+    api: Lagging, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    await rolled_out(api, api.clock, "app:1", "app:2")
+    await rolled_out(api, "app:1", "app:2")
     real_get = api.get
 
     async def get_then_someone_edits(path: str, **kw: Any) -> Obj:
@@ -142,24 +140,23 @@ async def test_undo_refuses_to_overwrite_a_concurrent_edit(
         return obj
 
     api.get = get_then_someone_edits  # type: ignore[method-assign]
-    assert await undo_cmd(api, "ns", "web", None) == 1  # type: ignore[arg-type]
-    sw = api.objects["serviceworkloads"][("ns", "web")]
-    assert sw["spec"]["template"] == template("someone-else:9")
+    assert await undo_cmd(api, "ns", "web", None) == 1
+    assert api.sw()["spec"]["template"] == template("someone-else:9")
     assert "changed while rolling back" in capsys.readouterr().err
 
 
 async def test_history_lists_revisions_with_their_pods(
-    api: FakeApi, capsys: pytest.CaptureFixture[str]
+    api: Lagging, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    await rolled_out(api, api.clock, "app:1", "app:2")
-    assert await history_cmd(api, "ns", "web", None) == 0  # type: ignore[arg-type]
+    await rolled_out(api, "app:1", "app:2")
+    assert await history_cmd(api, "ns", "web", None) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "serviceworkload.pilotfish.io/web"
     assert out[1].split() == ["REVISION", "HASH", "PODS", "CHANGE-CAUSE"]
     assert out[2].split()[:3] == ["1", template_hash(template()), "0"]
     assert out[3].split()[:3] == ["2", template_hash(template("app:2")), "2"]
     assert out[3].endswith("(current template)")
-    assert await history_cmd(api, "ns", "web", 1) == 0  # type: ignore[arg-type]
+    assert await history_cmd(api, "ns", "web", 1) == 0
     assert "image: app:1" in capsys.readouterr().out
 
 
@@ -171,32 +168,30 @@ def test_render_history_aligns_columns() -> None:
 
 
 async def test_pause_and_resume_flip_the_spec(
-    api: FakeApi, capsys: pytest.CaptureFixture[str]
+    api: Lagging, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    api.put("serviceworkloads", workload())
-    assert await pause_cmd(api, "ns", "web", True) == 0  # type: ignore[arg-type]
-    sw = api.objects["serviceworkloads"][("ns", "web")]
-    assert sw["spec"]["strategy"]["paused"] is True
-    assert await pause_cmd(api, "ns", "web", True) == 0  # type: ignore[arg-type]
+    api.put(SERVICEWORKLOADS.path("ns"), workload())
+    assert await pause_cmd(api, "ns", "web", True) == 0
+    assert api.sw()["spec"]["strategy"]["paused"] is True
+    assert await pause_cmd(api, "ns", "web", True) == 0
     assert "already paused" in capsys.readouterr().out
-    assert await pause_cmd(api, "ns", "web", False) == 0  # type: ignore[arg-type]
-    assert api.objects["serviceworkloads"][("ns", "web")]["spec"]["strategy"]["paused"] is False
+    assert await pause_cmd(api, "ns", "web", False) == 0
+    assert api.sw()["spec"]["strategy"]["paused"] is False
 
 
 async def test_status_waits_on_the_watch_until_complete(
-    api: FakeApi, capsys: pytest.CaptureFixture[str]
+    api: Lagging, capsys: pytest.CaptureFixture[str]
 ) -> None:
     api.put(
-        "serviceworkloads",
+        SERVICEWORKLOADS.path("ns"),
         sw_with(("True", REASON_IN_PROGRESS))
         | {"metadata": {"name": "web", "namespace": "ns", "generation": 2}},
     )
-    waiting = asyncio.create_task(status_cmd(api, "ns", "web", 30, True))  # type: ignore[arg-type]
+    waiting = asyncio.create_task(status_cmd(api, "ns", "web", 30, True))
     await asyncio.sleep(0)
     assert not waiting.done()
     api.edit(
-        "serviceworkloads",
-        "web",
+        SW,
         lambda sw: sw["status"]["conditions"].__setitem__(
             0, {"type": PROGRESSING, "status": "True", "reason": REASON_COMPLETE}
         ),
@@ -206,16 +201,15 @@ async def test_status_waits_on_the_watch_until_complete(
     assert "Waiting for" in out and 'serviceworkload "web" successfully rolled out' in out
 
 
-async def test_status_exits_1_when_stalled_or_not_watching(api: FakeApi) -> None:
+async def test_status_exits_1_when_stalled_or_not_watching(api: Lagging) -> None:
     body = sw_with(("False", REASON_DEADLINE_EXCEEDED), stalled="True")
     body["metadata"] |= {"namespace": "ns"}
-    api.put("serviceworkloads", body)
-    assert await status_cmd(api, "ns", "web", 0, True) == 1  # type: ignore[arg-type]
+    api.put(SERVICEWORKLOADS.path("ns"), body)
+    assert await status_cmd(api, "ns", "web", 0, True) == 1
     api.edit(
-        "serviceworkloads",
-        "web",
+        SW,
         lambda sw: sw["status"].update(
             conditions=[{"type": PROGRESSING, "status": "True", "reason": REASON_IN_PROGRESS}]
         ),
     )
-    assert await status_cmd(api, "ns", "web", 0, False) == 1  # type: ignore[arg-type]
+    assert await status_cmd(api, "ns", "web", 0, False) == 1

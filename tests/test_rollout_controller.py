@@ -1,29 +1,20 @@
-"""The controller's act layer against an in-memory API: conditional writes, expectations
-(a lagging watch or a lost answer never doubles a create or a drain), restarts, drains,
-the progress deadline and the status it writes.
-
-The fake speaks the subset of the REST API the controller and its informers use: create,
-get, JSON patch (with `test` ops, 422 when one fails, status subresource), delete with
-preconditions (graceful for pods bound to a node), list with label selectors, and a watch
-as a log of events. A test lets the watch catch up explicitly (`catch_up`), so everything
-between two catch-ups is exactly the lag the controller must survive.
+"""The real ServiceWorkload controller on the shared in-memory API (`tests.fakeapi`): its
+real informers and factory, conditional writes, own writes waited for (a lagging watch or a
+lost answer never doubles a create or a drain), restarts, drains, the progress deadline,
+the status it writes and the queue's backoff of refused writes. The harness (a watch that
+can lag, a graceful kubelet, rounds until quiet) is `tests.rollout_harness`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import copy
-import itertools
-import random
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
-import jsonpatch
 import pytest
 
 from pilotfish.api.serviceworkload import AVAILABLE, PROGRESSING, STALLED
-from pilotfish.kube.rest import JSON_PATCH, MERGE_PATCH, ApiError
-from pilotfish.operators.serviceworkload.controller import CreateFailed, ServiceWorkloadController
+from pilotfish.kube.rest import PODS, SERVICEWORKLOADS
+from pilotfish.operators.serviceworkload.pdb import PDBS
 from pilotfish.operators.serviceworkload.progress import (
     REASON_COMPLETE,
     REASON_DEADLINE_EXCEEDED,
@@ -31,326 +22,54 @@ from pilotfish.operators.serviceworkload.progress import (
     REASON_PAUSED,
 )
 from pilotfish.operators.serviceworkload.revisions import template_hash
-from pilotfish.operators.serviceworkload.sync import format_time
+from pilotfish.timeutil import FakeClock, format_micro_time
 from pilotfish.workloads import (
-    ANNOTATION_DRAIN,
     ANNOTATION_DRAINED,
     LABEL_REVISION,
     LABEL_WORKLOAD,
     PROPAGATION_SECONDS,
 )
-
-Obj = dict[str, Any]
-T0 = 1_700_000_000.0
-KEY = "ns/web"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _parse(path: str) -> tuple[str, str | None, str | None, str | None]:
-    parts = path.strip("/").split("/")
-    parts = parts[2:] if parts[0] == "api" else parts[3:]
-    ns = None
-    if parts[0] == "namespaces" and len(parts) > 2:
-        ns, parts = parts[1], parts[2:]
-    plural = parts[0]
-    name = parts[1] if len(parts) > 1 else None
-    sub = parts[2] if len(parts) > 2 else None
-    return plural, ns, name, sub
-
-
-def _selected(obj: Obj, selector: str | None) -> bool:
-    if not selector:
-        return True
-    labels = obj["metadata"].get("labels") or {}
-    for term in selector.split(","):
-        if "=" in term:
-            k, v = term.split("=", 1)
-            if labels.get(k) != v:
-                return False
-        elif term not in labels:
-            return False
-    return True
-
-
-def _merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = _merge(out.get(k), v)
-    return out
-
-
-class FakeApi:
-    def __init__(self, clock: Clock) -> None:
-        self.clock = clock
-        self.objects: dict[str, dict[tuple[str | None, str], Obj]] = {}
-        self.rv = itertools.count(100)
-        self.uids = itertools.count(1)
-        self.calls: list[tuple[str, str]] = []
-        self.lose_answers = 0  # creates that commit but whose answer is lost (timeout)
-        self.log: list[tuple[str, str, Obj]] = []  # (plural, event type, object): the watch
-        self.positions: dict[int, int] = {}  # how far each informer has read the log
-        self.changed = asyncio.Event()
-
-    def _record(self, plural: str, kind: str, obj: Obj) -> None:
-        self.log.append((plural, kind, copy.deepcopy(obj)))
-        self.changed.set()
-
-    # helpers for tests ------------------------------------------------------------------
-
-    def put(self, plural: str, obj: Obj) -> Obj:
-        meta = obj.setdefault("metadata", {})
-        meta.setdefault("uid", f"uid-{next(self.uids)}")
-        meta.setdefault("creationTimestamp", format_time(self.clock.now))
-        meta["resourceVersion"] = str(next(self.rv))
-        store = self.objects.setdefault(plural, {})
-        kind = "MODIFIED" if (meta.get("namespace"), meta["name"]) in store else "ADDED"
-        store[(meta.get("namespace"), meta["name"])] = obj
-        self._record(plural, kind, obj)
-        return obj
-
-    def remove(self, plural: str, name: str) -> None:
-        self._record(plural, "DELETED", self.objects[plural].pop(("ns", name)))
-
-    def all(self, plural: str) -> list[Obj]:
-        return list(self.objects.get(plural, {}).values())
-
-    def pods(self, *, live: bool = True) -> list[Obj]:
-        return [
-            p for p in self.all("pods") if not (live and p["metadata"].get("deletionTimestamp"))
-        ]
-
-    def edit(self, plural: str, name: str, change: Any) -> Obj:
-        obj = self.objects[plural][("ns", name)]
-        change(obj)
-        obj["metadata"]["resourceVersion"] = str(next(self.rv))
-        self._record(plural, "MODIFIED", obj)
-        return obj
-
-    def make_ready(self, *, revision: str | None = None, at: float | None = None) -> None:
-        when = format_time(self.clock.now if at is None else at)
-        for p in self.pods():
-            if revision and p["metadata"]["labels"][LABEL_REVISION] != revision:
-                continue
-            if p.get("status", {}).get("phase") == "Running":
-                continue
-            p["spec"]["nodeName"] = "kwok-1"
-            p["status"] = {
-                "phase": "Running",
-                "podIP": "10.0.0.1",
-                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": when}],
-            }
-            p["metadata"]["resourceVersion"] = str(next(self.rv))
-            self._record("pods", "MODIFIED", p)
-
-    # the REST surface -------------------------------------------------------------------
-
-    async def create(self, path: str, body: Obj) -> Obj:
-        plural, ns, _, _ = _parse(path)
-        self.calls.append(("create", plural))
-        body = copy.deepcopy(body)
-        body["metadata"].setdefault("namespace", ns)
-        if (ns, body["metadata"]["name"]) in self.objects.get(plural, {}):
-            raise ApiError(409, "AlreadyExists", f"{plural} {body['metadata']['name']} exists")
-        if plural == "serviceworkloads":
-            body["metadata"]["generation"] = 1
-        out = copy.deepcopy(self.put(plural, body))
-        if plural == "pods" and self.lose_answers:
-            self.lose_answers -= 1
-            raise TimeoutError("the answer was lost")
-        return out
-
-    async def get(self, path: str, **_params: Any) -> Obj:
-        plural, ns, name, _sub = _parse(path)
-        try:
-            return copy.deepcopy(self.objects[plural][(ns, str(name))])
-        except KeyError:
-            raise ApiError(404, "NotFound", path) from None
-
-    async def patch(self, path: str, body: Any, content_type: str = JSON_PATCH) -> Obj:
-        plural, ns, name, sub = _parse(path)
-        self.calls.append(("patch", f"{plural}/{sub}" if sub else plural))
-        current = self.objects.get(plural, {}).get((ns, str(name)))
-        if current is None:
-            raise ApiError(404, "NotFound", path)
-        if plural == "controllerrevisions":
-            # As the real API server does with revisions Python wrote: a patch re-encodes the
-            # RawExtension `data`, which then differs byte-wise from what is stored.
-            raise ApiError(422, "Invalid", "data: Invalid value: field is immutable")
-        if content_type == MERGE_PATCH:
-            patched = _merge(copy.deepcopy(current), body)
-        else:
-            assert content_type == JSON_PATCH
-            try:
-                patched = jsonpatch.apply_patch(current, body)
-            except jsonpatch.JsonPatchTestFailed as e:
-                raise ApiError(422, "Invalid", str(e)) from None
-        if sub == "status":
-            result = copy.deepcopy(current)
-            result["status"] = patched.get("status")
-        else:
-            result = patched
-            if plural == "serviceworkloads" and patched.get("spec") != current.get("spec"):
-                result["metadata"]["generation"] += 1
-        result["metadata"]["resourceVersion"] = str(next(self.rv))
-        self.objects[plural][(ns, str(name))] = result
-        self._record(plural, "MODIFIED", result)
-        return copy.deepcopy(result)
-
-    async def delete(self, path: str, body: Obj | None = None) -> Obj:
-        plural, ns, name, _ = _parse(path)
-        self.calls.append(("delete", plural))
-        store = self.objects.get(plural, {})
-        current = store.get((ns, str(name)))
-        if current is None:
-            raise ApiError(404, "NotFound", path)
-        pre = (body or {}).get("preconditions") or {}
-        meta = current["metadata"]
-        if "uid" in pre and pre["uid"] != meta["uid"]:
-            raise ApiError(409, "Conflict", "uid precondition")
-        if "resourceVersion" in pre and pre["resourceVersion"] != meta["resourceVersion"]:
-            raise ApiError(409, "Conflict", "resourceVersion precondition")
-        if plural == "pods" and current["spec"].get("nodeName"):
-            meta["deletionTimestamp"] = format_time(self.clock.now + 30)
-            meta["resourceVersion"] = str(next(self.rv))
-            self._record(plural, "MODIFIED", current)
-            return copy.deepcopy(current)
-        del store[(ns, str(name))]
-        self._record(plural, "DELETED", current)
-        return copy.deepcopy(current)
-
-    async def watch(
-        self,
-        path: str,
-        resource_version: str,
-        params: Mapping[str, Any] | None = None,
-        timeout_seconds: int = 300,
-    ) -> AsyncIterator[Obj]:
-        """Events after `resource_version`, waiting for new ones until the timeout."""
-        plural, _, _, _ = _parse(path)
-        name = str((params or {}).get("fieldSelector", "")).removeprefix("metadata.name=")
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_seconds
-        pos = 0
-        while True:
-            while pos < len(self.log):
-                kind_plural, kind, obj = self.log[pos]
-                pos += 1
-                meta = obj["metadata"]
-                newer = int(meta["resourceVersion"]) > int(resource_version)
-                if kind_plural == plural and newer and (not name or meta["name"] == name):
-                    yield {"type": kind, "object": copy.deepcopy(obj)}
-            self.changed.clear()
-            try:
-                await asyncio.wait_for(self.changed.wait(), deadline - loop.time())
-            except TimeoutError:
-                return
-
-    async def list_pages(
-        self, path: str, params: Mapping[str, Any] | None = None, page: int = 500
-    ) -> tuple[list[Obj], str]:
-        plural, ns, _, _ = _parse(path)
-        selector = (params or {}).get("labelSelector")
-        items = [
-            copy.deepcopy(o)
-            for (ons, _), o in self.objects.get(plural, {}).items()
-            if (ns is None or ons == ns) and _selected(o, selector)
-        ]
-        return items, str(next(self.rv))
-
-
-def template(image: str = "app:1", **spec: Any) -> Obj:
-    return {
-        "metadata": {"labels": {"app": "web"}},
-        "spec": {"containers": [{"name": "app", "image": image}], **spec},
-    }
-
-
-def workload(replicas: int = 3, **spec: Any) -> Obj:
-    return {
-        "apiVersion": "pilotfish.io/v1alpha1",
-        "kind": "ServiceWorkload",
-        "metadata": {"name": "web", "namespace": "ns", "generation": 1},
-        "spec": {"team": "payments", "replicas": replicas, "template": template(), **spec},
-    }
+from tests.rollout_harness import (
+    KEY,
+    SW,
+    T0,
+    Lagging,
+    World,
+    condition,
+    draining,
+    revisions_of,
+    set_template,
+    start,
+    status,
+    template,
+    workload,
+)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock(T0)
 
 
 @pytest.fixture
-def api(clock: Clock) -> FakeApi:
-    return FakeApi(clock)
+def api() -> Lagging:
+    return Lagging()
 
 
-def controller(api: FakeApi, clock: Clock) -> ServiceWorkloadController:
-    return ServiceWorkloadController(api, clock=clock, rng=random.Random(7))  # type: ignore[arg-type]
-
-
-async def catch_up(ctrl: ServiceWorkloadController, api: FakeApi) -> None:
-    """The watch delivers everything that happened so far (the first time: the list)."""
-    for informer in (ctrl.sws, ctrl.pods, ctrl.revisions, ctrl.pdbs):
-        seen = api.positions.get(id(informer))
-        if seen is None:
-            await informer.relist()
-            api.positions[id(informer)] = len(api.log)
-            continue
-        selector = informer.params.get("labelSelector")
-        for plural, kind, obj in api.log[seen:]:
-            if plural == informer.resource.plural and _selected(obj, selector):
-                informer._apply({"type": kind, "object": copy.deepcopy(obj)})
-        api.positions[id(informer)] = len(api.log)
-
-
-async def sync(ctrl: ServiceWorkloadController) -> None:
-    api: FakeApi = ctrl.rest  # type: ignore[assignment]
-    await catch_up(ctrl, api)
-    await ctrl.sync(KEY)
-
-
-def sw_status(api: FakeApi) -> Obj:
-    status: Obj = api.objects["serviceworkloads"][("ns", "web")].get("status") or {}
-    return status
-
-
-def condition(api: FakeApi, type_: str) -> tuple[str, str]:
-    for c in sw_status(api).get("conditions") or []:
-        if c["type"] == type_:
-            return c["status"], c["reason"]
-    raise AssertionError(f"no {type_} condition in {sw_status(api)}")
-
-
-def set_template(api: FakeApi, tpl: Obj) -> None:
-    def change(sw: Obj) -> None:
-        sw["spec"]["template"] = tpl
-        sw["metadata"]["generation"] += 1
-
-    api.edit("serviceworkloads", "web", change)
+@pytest.fixture
+async def world(api: Lagging, clock: FakeClock) -> AsyncIterator[World]:
+    w = await start(api, clock)
+    yield w
+    await w.stop()
 
 
 # -- replicas ------------------------------------------------------------------------------
 
 
-async def test_creates_the_replicas_a_revision_a_pdb_and_reports_them(
-    api: FakeApi, clock: Clock
-) -> None:
-    api.put("serviceworkloads", workload())
-    ctrl = controller(api, clock)
-    await sync(ctrl)
+async def test_creates_the_replicas_a_revision_a_pdb_and_reports_them(world: World) -> None:
+    api, clock = world.api, world.clock
+    api.put(SERVICEWORKLOADS.path("ns"), workload())
+    await world.converge()
     pods = api.pods()
     h = template_hash(template())
     assert len(pods) == 3
@@ -359,97 +78,113 @@ async def test_creates_the_replicas_a_revision_a_pdb_and_reports_them(
         assert p["metadata"]["labels"][LABEL_WORKLOAD] == "web"
         assert p["metadata"]["labels"][LABEL_REVISION] == h
         assert p["metadata"]["ownerReferences"][0]["name"] == "web"
-    (rev,) = api.all("controllerrevisions")
+    (rev,) = api.revisions()
     assert (rev["metadata"]["name"], rev["revision"], rev["data"]) == (f"web-{h}", 1, template())
-    (pdb,) = api.all("poddisruptionbudgets")
-    assert pdb["spec"]["maxUnavailable"] == 1
+    pdb = api.obj(PDBS.path("ns", "web"))
+    assert pdb is not None and pdb["spec"]["maxUnavailable"] == 1
     assert condition(api, PROGRESSING) == ("True", REASON_IN_PROGRESS)
     assert condition(api, AVAILABLE)[0] == "False"
+    assert status(api)["replicas"] == 3, "status counts the pods the informer shows"
 
-    clock.now += 2
-    api.make_ready()
-    await sync(ctrl)
-    status = sw_status(api)
-    assert (status["readyReplicas"], status["availableReplicas"]) == (3, 3)
-    assert (status["currentRevision"], status["updateRevision"]) == (h, h)
-    assert status["observedGeneration"] == 1
+    clock.advance(2)
+    api.make_ready(clock)
+    await world.converge()
+    s = status(api)
+    assert (s["readyReplicas"], s["availableReplicas"]) == (3, 3)
+    assert (s["currentRevision"], s["updateRevision"]) == (h, h)
+    assert s["observedGeneration"] == 1
     assert condition(api, AVAILABLE) == ("True", "MinimumReplicasAvailable")
     assert condition(api, PROGRESSING) == ("True", REASON_COMPLETE)
     assert condition(api, STALLED) == ("False", REASON_COMPLETE)
+    events = await world.events()
+    complete = [e for e in events if e["reason"] == REASON_COMPLETE]
+    assert [e["regarding"]["kind"] for e in complete] == ["ServiceWorkload"]
+    created = [e for e in events if e["reason"] == "SuccessfulCreate"]
+    assert sorted(e["regarding"]["name"] for e in created) == sorted(
+        p["metadata"]["name"] for p in pods
+    ), "each create is an Event on the pod it made"
 
 
-async def test_a_lagging_watch_never_doubles_the_creates(api: FakeApi, clock: Clock) -> None:
-    api.put("serviceworkloads", workload())
-    ctrl = controller(api, clock)
-    await sync(ctrl)
-    assert len(api.pods()) == 3
-    for _ in range(3):
-        await ctrl.sync(KEY)  # no catch-up: the informer has not seen any pod yet
-    assert len(api.pods()) == 3
-
-
-async def test_a_restarted_controller_lists_before_it_creates(api: FakeApi, clock: Clock) -> None:
-    api.put("serviceworkloads", workload(strategy={"maxSurge": 1}))
-    await sync(controller(api, clock))
-    # The old process dies here; the new one has no memory of what it created.
-    await sync(controller(api, clock))
-    assert len(api.pods()) == 3
-
-
-async def test_a_create_whose_answer_is_lost_still_counts(api: FakeApi, clock: Clock) -> None:
-    api.put("serviceworkloads", workload())
-    api.lose_answers = 1
-    ctrl = controller(api, clock)
-    with pytest.raises(CreateFailed):
-        await sync(ctrl)  # slow start: the first create "times out", the batch stops
-    assert len(api.pods()) == 1
-    await ctrl.sync(KEY)  # the watch has not shown it: the expectation still counts it
-    assert len(api.pods()) == 3
-    await sync(ctrl)
+async def test_a_lagging_watch_never_doubles_the_creates(world: World) -> None:
+    api = world.api
+    api.put(SERVICEWORKLOADS.path("ns"), workload())
+    await world.step()  # records the revision
+    async with api.lag():
+        await world.ctrl.reconcile(KEY)
+        assert len(api.pods()) == 3
+        for _ in range(3):
+            result = await world.ctrl.reconcile(KEY)  # the informer has not seen them all
+            assert result.after is not None and not result.retry, "waits, no retry storm"
+        assert len(api.pods()) == 3
+    await world.converge()
     assert len(api.pods()) == 3
 
 
-async def test_refused_creates_back_off_with_an_error(api: FakeApi, clock: Clock) -> None:
-    api.put("serviceworkloads", workload())
-    ctrl = controller(api, clock)
+async def test_a_restarted_controller_lists_before_it_creates(
+    world: World, api: Lagging, clock: FakeClock
+) -> None:
+    api.put(SERVICEWORKLOADS.path("ns"), workload(strategy={"maxSurge": 1}))
+    await world.converge()
+    await world.stop()  # the old process dies; the new one has no memory of what it created
+    again = await start(api, clock, seed=8)
+    try:
+        await again.converge()
+    finally:
+        await again.stop()
+    assert len(api.pods()) == 3
 
-    async def refuse(path: str, body: Obj) -> Obj:
-        if "/pods" in path:
-            raise ApiError(403, "Forbidden", "quota exceeded for team payments")
-        return await FakeApi.create(api, path, body)
 
-    api.create = refuse  # type: ignore[method-assign]
-    with pytest.raises(CreateFailed, match="quota exceeded"):
-        await sync(ctrl)
-    creates = [c for c in api.calls if c == ("create", "pods")]
-    assert creates == [], "the fake refused before recording; nothing was created"
+async def test_a_create_whose_answer_is_lost_is_waited_for_not_repeated(world: World) -> None:
+    api = world.api
+    api.put(SERVICEWORKLOADS.path("ns"), workload())
+    await world.step()
+    api.fail_next("POST", "/pods", 504, commit_first=True)
+    async with api.lag():
+        result = await world.ctrl.reconcile(KEY)  # slow start: the first create "times out"
+        assert result.retry
+        assert len(api.pods()) == 1
+        await world.ctrl.reconcile(KEY)  # the watch has not shown it: it is waited for
+        assert len(api.pods()) == 1
+    await world.converge()
+    assert len(api.pods()) == 3
+
+
+async def test_refused_creates_are_retried_with_backoff_and_reported(world: World) -> None:
+    api = world.api
+    api.put(SERVICEWORKLOADS.path("ns"), workload())
+    await world.step()
+    api.fail_next("POST", "/pods", 403, times=50)
+    result = await world.step()
+    assert result.retry and "403" in result.why
     assert api.pods() == []
+    assert len(api.writes("/pods")) == 1, "slow start: one refused call, not three"
+    await world.converge(rounds=3)
+    failure = next(c for c in status(api)["conditions"] if c["type"] == "ReplicaFailure")
+    assert failure["status"] == "True" and "injected 403" in failure["message"]
 
 
-async def test_failed_and_deleted_pods_are_replaced(api: FakeApi, clock: Clock) -> None:
-    api.put("serviceworkloads", workload())
-    ctrl = controller(api, clock)
-    await sync(ctrl)
-    api.make_ready()
+async def test_failed_and_deleted_pods_are_replaced(world: World) -> None:
+    api, clock = world.api, world.clock
+    api.put(SERVICEWORKLOADS.path("ns"), workload())
+    await world.converge()
+    api.make_ready(clock)
+    await world.converge()
     first, second, _ = sorted(p["metadata"]["name"] for p in api.pods())
-    api.edit("pods", first, lambda p: p["status"].update(phase="Failed", reason="Evicted"))
-    api.remove("pods", second)
-    await sync(ctrl)
+    api.edit(PODS.path("ns", first), lambda p: p["status"].update(phase="Failed", reason="X"))
+    api.remove(PODS.path("ns", second))
+    await world.converge()
     names = {p["metadata"]["name"] for p in api.pods()}
     assert len(names) == 3 and first not in names and second not in names
-    assert api.objects["pods"][("ns", first)]["metadata"].get("deletionTimestamp"), "graceful"
+    gone = api.obj(PODS.path("ns", first))
+    assert gone is not None and gone["metadata"].get("deletionTimestamp"), "deleted, graceful"
 
 
-async def test_pods_of_another_owner_are_never_counted(api: FakeApi, clock: Clock) -> None:
-    api.put("serviceworkloads", workload(replicas=1))
-    api.put(
-        "pods",
-        {
-            "metadata": {"name": "stray", "namespace": "ns", "labels": {LABEL_WORKLOAD: "web"}},
-            "spec": {},
-        },
-    )
-    await sync(controller(api, clock))
+async def test_pods_of_another_owner_are_never_counted(world: World) -> None:
+    api = world.api
+    api.put(SERVICEWORKLOADS.path("ns"), workload(replicas=1))
+    stray = {"metadata": {"name": "stray", "labels": {LABEL_WORKLOAD: "web"}}, "spec": {}}
+    api.put(PODS.path("ns"), stray)
+    await world.converge()
     assert len(api.pods()) == 2
     assert "stray" in {p["metadata"]["name"] for p in api.pods()}
 
@@ -457,185 +192,157 @@ async def test_pods_of_another_owner_are_never_counted(api: FakeApi, clock: Cloc
 # -- rollouts --------------------------------------------------------------------------------
 
 
-async def ready_workload(api: FakeApi, clock: Clock, **spec: Any) -> ServiceWorkloadController:
-    api.put("serviceworkloads", workload(**spec))
-    ctrl = controller(api, clock)
-    await sync(ctrl)
-    clock.now += 1
-    api.make_ready()
-    await sync(ctrl)
-    assert condition(api, PROGRESSING) == ("True", REASON_COMPLETE)
-    return ctrl
+async def ready_workload(world: World, **spec: Any) -> None:
+    world.api.put(SERVICEWORKLOADS.path("ns"), workload(**spec))
+    await world.converge()
+    world.clock.advance(1)
+    world.api.make_ready(world.clock)
+    await world.converge()
+    assert condition(world.api, PROGRESSING) == ("True", REASON_COMPLETE)
 
 
 async def test_rollout_drains_before_deleting_and_never_drains_twice_on_a_stale_view(
-    api: FakeApi, clock: Clock
+    world: World,
 ) -> None:
-    ctrl = await ready_workload(
-        api, clock, replicas=2, service={"ports": [{"name": "http", "port": 80}]}
-    )
-    old = template_hash(template())
+    api, clock = world.api, world.clock
+    await ready_workload(world, replicas=2, service={"ports": [{"name": "http", "port": 80}]})
+    old, new = template_hash(template()), template_hash(template("app:2"))
     set_template(api, template("app:2"))
-    await sync(ctrl)
-    new = template_hash(template("app:2"))
-    assert sorted(p["metadata"]["labels"][LABEL_REVISION] for p in api.pods()) == sorted(
-        [old, old, new]
-    )
-    clock.now += 1
-    api.make_ready(revision=new)
-    await sync(ctrl)
-    draining = [p for p in api.pods() if ANNOTATION_DRAIN in p["metadata"].get("annotations", {})]
-    assert len(draining) == 1 and draining[0]["metadata"]["labels"][LABEL_REVISION] == old
-    await ctrl.sync(KEY)  # the drain annotation has not come back through the watch yet
-    draining = [p for p in api.pods() if ANNOTATION_DRAIN in p["metadata"].get("annotations", {})]
-    assert len(draining) == 1, "a stale view must not drain a second available pod"
+    await world.converge()
+    assert revisions_of(api.pods()) == sorted([old, old, new])
+    clock.advance(1)
+    api.make_ready(clock, revision=new)
+    async with api.lag():
+        await world.ctrl.reconcile(KEY)
+        assert len(draining(api)) == 1
+        assert draining(api)[0]["metadata"]["labels"][LABEL_REVISION] == old
+        await world.ctrl.reconcile(KEY)  # the drain annotation has not come back yet
+        assert len(draining(api)) == 1, "a stale view must not drain a second available pod"
     assert len(api.pods()) == 3, "the draining pod still counts toward the surge"
 
-    victim = draining[0]["metadata"]["name"]
+    victim = draining(api)[0]["metadata"]["name"]
+    stamp = format_micro_time(clock.now())
     api.edit(
-        "pods",
-        victim,
-        lambda p: p["metadata"]["annotations"].update({ANNOTATION_DRAINED: format_time(clock.now)}),
+        PODS.path("ns", victim),
+        lambda p: p["metadata"]["annotations"].update({ANNOTATION_DRAINED: stamp}),
     )
-    await sync(ctrl)
-    assert not api.objects["pods"][("ns", victim)]["metadata"].get("deletionTimestamp")
-    clock.now += PROPAGATION_SECONDS
-    await sync(ctrl)
-    assert api.objects["pods"][("ns", victim)]["metadata"].get("deletionTimestamp")
+    result = await world.converge()
+    pod = api.obj(PODS.path("ns", victim))
+    assert pod is not None and not pod["metadata"].get("deletionTimestamp")
+    assert result.after is not None and 0 < result.after <= PROPAGATION_SECONDS + 0.1
+    clock.advance(PROPAGATION_SECONDS)
+    await world.converge()
+    pod = api.obj(PODS.path("ns", victim))
+    assert pod is not None and pod["metadata"].get("deletionTimestamp")
+    reasons = {e["reason"]: e["regarding"]["name"] for e in await world.events()}
+    assert reasons["DrainRequested"] == victim and reasons["PodDrained"] == victim
 
 
-async def test_a_never_ready_rollout_stalls_at_its_deadline(api: FakeApi, clock: Clock) -> None:
-    ctrl = await ready_workload(api, clock, strategy={"progressDeadlineSeconds": 60})
-    wakes: list[tuple[str, float]] = []
-    add_after = ctrl.queue.add_after
-
-    def spy(key: str, delay: float) -> None:
-        wakes.append((key, delay))
-        add_after(key, delay)
-
-    ctrl.queue.add_after = spy  # type: ignore[method-assign]
+async def test_a_never_ready_rollout_stalls_at_its_deadline(world: World) -> None:
+    api, clock = world.api, world.clock
+    await ready_workload(world, strategy={"progressDeadlineSeconds": 60})
     set_template(api, template("broken:1"))
-    await sync(ctrl)
+    result = await world.converge()
     assert len(api.pods()) == 4, "the surge, and no more"
-    assert wakes and wakes[-1][0] == KEY and 59 < wakes[-1][1] <= 61, "a wake-up, not polling"
-    clock.now += 30
-    await sync(ctrl)
+    assert result.after is not None and 59 < result.after <= 61, "a wake-up, not polling"
+    clock.advance(30)
+    await world.converge()
     assert condition(api, STALLED) == ("False", REASON_IN_PROGRESS)
-    clock.now += 31
-    await sync(ctrl)
+    clock.advance(31)
+    await world.converge()
     assert condition(api, STALLED) == ("True", REASON_DEADLINE_EXCEEDED)
     assert condition(api, PROGRESSING) == ("False", REASON_DEADLINE_EXCEEDED)
     assert condition(api, AVAILABLE)[0] == "True", "the old pods keep serving"
     assert len(api.pods()) == 4
+    stalled = [e for e in await world.events() if e["reason"] == REASON_DEADLINE_EXCEEDED]
+    assert len(stalled) == 1 and stalled[0]["type"] == "Warning"
 
     # Undo by spec: the old template again reuses its revision, renumbered.
     set_template(api, template())
-    await sync(ctrl)
-    clock.now += 1
-    await sync(ctrl)
-    numbers = {r["metadata"]["name"]: r["revision"] for r in api.all("controllerrevisions")}
+    await world.converge()
+    clock.advance(1)
+    api.terminate()
+    await world.converge()
+    numbers = {r["metadata"]["name"]: r["revision"] for r in api.revisions()}
     assert numbers[f"web-{template_hash(template())}"] == 3
     assert numbers[f"web-{template_hash(template('broken:1'))}"] == 2
-    revisions = {p["metadata"]["labels"][LABEL_REVISION] for p in api.pods()}
-    assert revisions == {template_hash(template())}, "the broken pod went without a drain"
+    assert set(revisions_of(api.pods())) == {template_hash(template())}
     assert condition(api, PROGRESSING) == ("True", REASON_COMPLETE)
 
 
-async def test_paused_workloads_roll_nothing_but_still_scale(api: FakeApi, clock: Clock) -> None:
-    ctrl = await ready_workload(api, clock, strategy={"paused": True})
+async def test_paused_workloads_roll_nothing_but_still_scale(world: World) -> None:
+    api = world.api
+    await ready_workload(world, strategy={"paused": True})
     set_template(api, template("app:2"))
-    await sync(ctrl)
-    assert {p["metadata"]["labels"][LABEL_REVISION] for p in api.pods()} == {
-        template_hash(template())
-    }
+    await world.converge()
+    assert set(revisions_of(api.pods())) == {template_hash(template())}
     assert condition(api, PROGRESSING) == ("Unknown", REASON_PAUSED)
-    api.edit("serviceworkloads", "web", lambda sw: sw["spec"].update(replicas=4))
-    await sync(ctrl)
+    api.edit(SW, lambda sw: sw["spec"].update(replicas=4))
+    await world.converge()
     assert len(api.pods()) == 4
-    assert {p["metadata"]["labels"][LABEL_REVISION] for p in api.pods()} == {
-        template_hash(template())
-    }, "paused: replacements and scale-ups run the stable revision"
+    assert set(revisions_of(api.pods())) == {template_hash(template())}, (
+        "paused: replacements and scale-ups run the stable revision"
+    )
 
 
-async def test_status_writes_are_conditional_on_the_version_read(
-    api: FakeApi, clock: Clock
-) -> None:
-    api.put("serviceworkloads", workload())
-    ctrl = controller(api, clock)
-    await catch_up(ctrl, api)
-    api.edit("serviceworkloads", "web", lambda sw: sw["spec"].update(replicas=5))
-    await ctrl.sync(KEY)  # decided from replicas=3: the status write must be refused
-    assert "status" not in api.objects["serviceworkloads"][("ns", "web")]
-    await sync(ctrl)
-    assert sw_status(api)["observedGeneration"] == 1
+async def test_status_writes_are_conditional_on_the_version_read(world: World) -> None:
+    api, clock = world.api, world.clock
+    api.put(SERVICEWORKLOADS.path("ns"), workload())
+    await world.converge()
+    clock.advance(1)
+    api.make_ready(clock)
+    await api.settle()  # the informer sees the pods ready; the status does not say so yet
+    async with api.lag():
+        api.edit(SW, lambda sw: sw["spec"].update(replicas=5))
+        result = await world.ctrl.reconcile(KEY)  # decided from replicas=3
+        assert result.retry, "the status write was refused"
+        assert status(api)["availableReplicas"] == 0, "still what the refused round read"
+    await world.converge()
+    assert status(api)["observedGeneration"] == 2
     assert len(api.pods()) == 5
 
 
-async def test_history_beyond_the_limit_is_pruned(api: FakeApi, clock: Clock) -> None:
-    ctrl = await ready_workload(api, clock, replicas=1, strategy={"revisionHistoryLimit": 1})
+async def test_history_beyond_the_limit_is_pruned(world: World) -> None:
+    api, clock = world.api, world.clock
+    await ready_workload(world, replicas=1, strategy={"revisionHistoryLimit": 1})
     for image in ("app:2", "app:3", "app:4"):
         set_template(api, template(image))
         for _ in range(4):
-            clock.now += 1
-            api.make_ready()
-            await sync(ctrl)
-            for p in api.pods(live=False):
-                if p["metadata"].get("deletionTimestamp"):
-                    api.remove("pods", p["metadata"]["name"])
-    numbers = sorted(r["revision"] for r in api.all("controllerrevisions"))
-    assert numbers == [3, 4], "the update revision and one old one"
+            clock.advance(1)
+            api.make_ready(clock)
+            await world.converge()
+            api.terminate()
+    assert sorted(r["revision"] for r in api.revisions()) == [3, 4], "update and one old"
 
 
-async def test_a_create_the_watch_never_reported_is_looked_up_not_waited_for(
-    api: FakeApi, clock: Clock
-) -> None:
-    """A pod created and deleted while the watch was down (410 Gone, relist) never shows up
-    as an event; after CREATE_CONFIRM_SECONDS the controller asks the API instead of
-    counting a phantom until the 5-minute expectation TTL."""
-    ticks = Clock()
-    api.put("serviceworkloads", workload(replicas=1))
-    ctrl = ServiceWorkloadController(
-        api,  # type: ignore[arg-type]
-        clock=clock,
-        rng=random.Random(1),
-        monotonic=ticks,
-    )
-    await sync(ctrl)
-    (pod,) = api.pods()
-    api.remove("pods", pod["metadata"]["name"])
-    api.positions.clear()  # the watch expired: the informers relist and see no event for it
-    await sync(ctrl)
-    assert api.pods() == [], "still expected: no second pod yet"
-    ticks.now += 31
-    await sync(ctrl)
-    assert len(api.pods()) == 1
-
-
-async def test_a_persistently_refused_write_backs_off_instead_of_looping(
-    api: FakeApi, clock: Clock
-) -> None:
-    ctrl = await ready_workload(api, clock)
-    api.edit("poddisruptionbudgets", "web", lambda pdb: pdb["spec"].update(maxUnavailable=7))
-    real_patch = api.patch
-
-    async def refuse_pdb(path: str, body: Any, content_type: str = JSON_PATCH) -> Obj:
-        if "poddisruptionbudgets" in path:
-            raise ApiError(422, "Invalid", "spec: something the API server keeps refusing")
-        return await real_patch(path, body, content_type)
-
-    api.patch = refuse_pdb  # type: ignore[method-assign]
-    delays: list[float] = []
-    add_after = ctrl.queue.add_after
-
-    def spy(key: str, delay: float) -> None:
-        delays.append(delay)
-        add_after(key, delay)
-
-    ctrl.queue.add_after = spy  # type: ignore[method-assign]
+async def test_a_persistently_refused_write_backs_off_in_the_queue(world: World) -> None:
+    """The controller returns RETRY and keeps no backoff of its own: the queue's per-key
+    backoff grows while the refusals continue and is forgotten once the write succeeds."""
+    api = world.api
+    await ready_workload(world)
+    api.edit(PDBS.path("ns", "web"), lambda pdb: pdb["spec"].update(maxUnavailable=7))
+    api.fail_next("PATCH", "poddisruptionbudgets", 422, times=4)
+    queue = world.ctrl.queue
+    delays = []
     for _ in range(4):
-        await sync(ctrl)
-    assert delays == [0.05, 0.1, 0.2, 0.4]
-    api.patch = real_patch  # type: ignore[method-assign]
-    await sync(ctrl)
-    assert api.objects["poddisruptionbudgets"][("ns", "web")]["spec"]["maxUnavailable"] == 1
-    assert "ns/web" not in ctrl.refusals
+        result = await world.step()
+        assert result.retry
+        delays.append(queue.settle(KEY, result))
+    assert delays == [0.005, 0.01, 0.02, 0.04]
+    result = await world.converge()
+    queue.settle(KEY, result)
+    assert queue.failures(KEY) == 0
+    pdb = api.obj(PDBS.path("ns", "web"))
+    assert pdb is not None and pdb["spec"]["maxUnavailable"] == 1
+
+
+async def test_a_revision_is_visible_before_any_pod_of_it_exists(world: World) -> None:
+    api = world.api
+    api.put(SERVICEWORKLOADS.path("ns"), workload())
+    async with api.lag():
+        await world.ctrl.reconcile(KEY)
+        assert [r["revision"] for r in api.revisions()] == [1]
+        await world.ctrl.reconcile(KEY)
+        assert api.pods() == [], "pods of a revision the informer does not show yet wait"
+    await world.converge()
+    assert len(api.pods()) == 3

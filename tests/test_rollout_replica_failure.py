@@ -1,23 +1,22 @@
 """ReplicaFailure: a refused pod create is status, not only an Event.
 
-Driven through the controller against the in-memory API of test_rollout_controller, with
-an admission step in front of pod creates that refuses the way the team quota webhook (or
-a namespace ResourceQuota) does, so the text in the condition is the text the API server
-would send.
+Driven through the real controller on the shared in-memory API (the harness of
+test_rollout_controller), with an admission step in front of pod creates that refuses the
+way the team quota webhook (or a namespace ResourceQuota) does, so the text in the
+condition is the text the API server would send.
 """
 
 from __future__ import annotations
 
 import datetime
-import random
+from collections.abc import AsyncIterator, Mapping
 from fractions import Fraction
 from typing import Any
 
 import pytest
 
 from pilotfish.api.serviceworkload import PROGRESSING, STALLED
-from pilotfish.kube.rest import ApiError
-from pilotfish.operators.serviceworkload.controller import CreateFailed, ServiceWorkloadController
+from pilotfish.kube.rest import SERVICEWORKLOADS, ApiError
 from pilotfish.operators.serviceworkload.progress import (
     REASON_COMPLETE,
     REASON_DEADLINE_EXCEEDED,
@@ -33,16 +32,17 @@ from pilotfish.operators.serviceworkload.status import (
     replica_failure,
 )
 from pilotfish.quota import Excess, describe
+from pilotfish.timeutil import FakeClock
 from pilotfish.webhooks import quota as quota_rules
-from tests.test_rollout_controller import (
+from tests.rollout_harness import (
     KEY,
-    Clock,
-    FakeApi,
-    Obj,
+    SW,
+    T0,
+    Lagging,
+    World,
     condition,
-    controller,
-    sw_status,
-    sync,
+    start,
+    status,
     workload,
 )
 from tests.test_rollout_status import pod, want
@@ -57,58 +57,75 @@ RESOURCE_QUOTA_DENIAL = (
 )
 
 
-class Admission:
+class Admission(Lagging):
     """Refuses pod creates beyond `room` pods with `denial` (403, as the API server does)."""
 
-    def __init__(self, api: FakeApi, room: int, denial: str) -> None:
-        self.api, self.room, self.denial = api, room, denial
+    room = 1_000_000
+    denial = WEBHOOK_DENIAL
 
-    async def create(self, path: str, body: Obj) -> Obj:
-        if "/pods" in path and len(self.api.pods()) >= self.room:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        request_timeout: float | None = 30.0,
+    ) -> dict[str, Any]:
+        if method == "POST" and path.endswith("/pods") and len(self.pods()) >= self.room:
             raise ApiError(403, "Forbidden", self.denial)
-        return await FakeApi.create(self.api, path, body)
+        return await super().request(
+            method,
+            path,
+            params=params,
+            body=body,
+            content_type=content_type,
+            request_timeout=request_timeout,
+        )
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock(T0)
 
 
 @pytest.fixture
-def api(clock: Clock) -> FakeApi:
-    return FakeApi(clock)
+def api() -> Admission:
+    return Admission()
 
 
-def admit(api: FakeApi, room: int, denial: str = WEBHOOK_DENIAL) -> Admission:
-    gate = Admission(api, room, denial)
-    api.create = gate.create  # type: ignore[method-assign]
-    return gate
+@pytest.fixture
+async def world(api: Admission, clock: FakeClock) -> AsyncIterator[World]:
+    w = await start(api, clock)
+    yield w
+    await w.stop()
 
 
-def failure(api: FakeApi) -> dict[str, Any] | None:
-    for c in sw_status(api).get("conditions") or []:
+def admit(api: Admission, room: int, denial: str = WEBHOOK_DENIAL) -> Admission:
+    api.room, api.denial = room, denial
+    return api
+
+
+def failure(api: Lagging) -> dict[str, Any] | None:
+    for c in status(api).get("conditions") or []:
         if c["type"] == REPLICA_FAILURE:
             return dict(c)
     return None
 
 
-def restarted(api: FakeApi, clock: Clock, seed: int) -> ServiceWorkloadController:
-    """Another process: its own random pod names."""
-    return ServiceWorkloadController(api, clock=clock, rng=random.Random(seed))  # type: ignore[arg-type]
-
-
-async def refused_sync(ctrl: ServiceWorkloadController) -> None:
-    with pytest.raises(CreateFailed):
-        await sync(ctrl)
+async def refused(world: World) -> None:
+    """Rounds until the refusal shows in status; every round with a create is refused."""
+    result = await world.converge(rounds=6)
+    assert result.retry, result
 
 
 async def test_a_quota_refusal_is_a_replica_failure_until_creates_succeed(
-    api: FakeApi, clock: Clock
+    world: World, api: Admission
 ) -> None:
-    api.put("serviceworkloads", workload(replicas=6))
+    api.put(SERVICEWORKLOADS.path("ns"), workload(replicas=6))
     gate = admit(api, room=3)
-    ctrl = controller(api, clock)
-    await refused_sync(ctrl)
+    await refused(world)
     assert len(api.pods()) == 3
     got = failure(api)
     assert got is not None
@@ -118,31 +135,32 @@ async def test_a_quota_refusal_is_a_replica_failure_until_creates_succeed(
         WEBHOOK_DENIAL,
     )
     assert got["observedGeneration"] == 1
-    status, reason = condition(api, PROGRESSING)
-    assert (status, reason) == ("False", REASON_REPLICA_FAILURE)
+    assert condition(api, PROGRESSING) == ("False", REASON_REPLICA_FAILURE)
     assert condition(api, STALLED) == ("False", REASON_REPLICA_FAILURE)
-    assert "making progress" not in str(sw_status(api)["conditions"])
+    assert "making progress" not in str(status(api)["conditions"])
+    events = [e for e in await world.events() if e["reason"] == "FailedCreate"]
+    assert events and events[0]["type"] == "Warning" and QUOTA_TEXT in events[0]["note"]
 
     # Still refused on the retry: the condition stays, its transition time too.
-    clock.now += 5
-    await refused_sync(ctrl)
+    world.clock.advance(5)
+    await refused(world)
     again = failure(api)
     assert again is not None and again["lastTransitionTime"] == got["lastTransitionTime"]
 
     gate.room = 6  # the quota is raised
-    clock.now += 5
-    await sync(ctrl)
+    world.clock.advance(5)
+    await world.converge()
     assert len(api.pods()) == 6
     assert failure(api) is None
     assert condition(api, PROGRESSING) == ("True", REASON_IN_PROGRESS)
 
 
 async def test_any_other_refusal_is_failed_create_with_the_api_servers_text(
-    api: FakeApi, clock: Clock
+    world: World, api: Admission
 ) -> None:
-    api.put("serviceworkloads", workload(replicas=2))
+    api.put(SERVICEWORKLOADS.path("ns"), workload(replicas=2))
     admit(api, room=1, denial=RESOURCE_QUOTA_DENIAL)
-    await refused_sync(controller(api, clock))
+    await refused(world)
     got = failure(api)
     assert got is not None
     assert (got["status"], got["reason"], got["message"]) == (
@@ -153,50 +171,56 @@ async def test_any_other_refusal_is_failed_create_with_the_api_servers_text(
 
 
 async def test_a_restarted_controller_learns_the_failure_again_from_the_next_create(
-    api: FakeApi, clock: Clock
+    world: World, api: Admission, clock: FakeClock
 ) -> None:
-    api.put("serviceworkloads", workload(replicas=2))
+    api.put(SERVICEWORKLOADS.path("ns"), workload(replicas=2))
     gate = admit(api, room=1)
-    await refused_sync(controller(api, clock))
+    await refused(world)
+    await world.stop()
     # A new process has no memory of the refusal: its first create is refused again.
-    await refused_sync(restarted(api, clock, 8))
-    got = failure(api)
-    assert got is not None and got["reason"] == REASON_QUOTA_EXCEEDED
+    second = await start(api, clock, seed=8)
+    try:
+        await refused(second)
+        got = failure(api)
+        assert got is not None and got["reason"] == REASON_QUOTA_EXCEEDED
+    finally:
+        await second.stop()
     gate.room = 2
-    await sync(restarted(api, clock, 9))
+    third = await start(api, clock, seed=9)
+    try:
+        await third.converge()
+    finally:
+        await third.stop()
     assert failure(api) is None
 
 
-async def test_a_refusal_of_an_older_generation_is_not_reported(api: FakeApi, clock: Clock) -> None:
-    api.put("serviceworkloads", workload(replicas=2))
+async def test_a_refusal_of_an_older_generation_is_not_reported(
+    world: World, api: Admission
+) -> None:
+    api.put(SERVICEWORKLOADS.path("ns"), workload(replicas=2))
     admit(api, room=1)
-    ctrl = controller(api, clock)
-    await refused_sync(ctrl)
+    await refused(world)
     assert failure(api) is not None
-
-    def scale_down(sw: Obj) -> None:
-        sw["spec"]["replicas"] = 1
-        sw["metadata"]["generation"] += 1
-
-    api.edit("serviceworkloads", "web", scale_down)
-    await sync(ctrl)  # nothing to create at the new generation: nothing refused
+    api.edit(SW, lambda sw: sw["spec"].update(replicas=1))
+    await world.converge()  # nothing to create at the new generation: nothing refused
     assert failure(api) is None
     assert len(api.pods()) == 1
 
 
-async def test_refusals_past_the_deadline_stall_and_say_why(api: FakeApi, clock: Clock) -> None:
-    api.put("serviceworkloads", workload(replicas=2, strategy={"progressDeadlineSeconds": 60}))
+async def test_refusals_past_the_deadline_stall_and_say_why(world: World, api: Admission) -> None:
+    api.put(
+        SERVICEWORKLOADS.path("ns"), workload(replicas=2, strategy={"progressDeadlineSeconds": 60})
+    )
     admit(api, room=1)
-    ctrl = controller(api, clock)
-    await refused_sync(ctrl)
-    clock.now += 61
-    await refused_sync(ctrl)
+    await refused(world)
+    world.clock.advance(61)
+    await refused(world)
     assert condition(api, STALLED) == ("True", REASON_DEADLINE_EXCEEDED)
     assert condition(api, PROGRESSING) == ("False", REASON_DEADLINE_EXCEEDED)
-    messages = {c["type"]: c["message"] for c in sw_status(api)["conditions"]}
+    messages = {c["type"]: c["message"] for c in status(api)["conditions"]}
     assert QUOTA_TEXT in messages[PROGRESSING]
     assert messages[REPLICA_FAILURE] == WEBHOOK_DENIAL
-    assert ctrl.create_failures[KEY].reason == REASON_QUOTA_EXCEEDED
+    assert world.ctrl.failures[KEY].reason == REASON_QUOTA_EXCEEDED
 
 
 # -- classification and status, pure -----------------------------------------------------

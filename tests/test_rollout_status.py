@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import datetime
 from typing import Any
 
 import pytest
 
 from pilotfish import names
 from pilotfish.api.serviceworkload import AVAILABLE, PROGRESSING, STALLED
+from pilotfish.kube import projections
+from pilotfish.operators.serviceworkload.decide import drain_patch
+from pilotfish.operators.serviceworkload.model import parse_time, pod_state
 from pilotfish.operators.serviceworkload.pdb import desired_spec, pdb_body, pdb_patch
 from pilotfish.operators.serviceworkload.progress import (
     REASON_COMPLETE,
@@ -35,14 +40,8 @@ from pilotfish.operators.serviceworkload.status import (
     compute_status,
     stable_revision,
 )
-from pilotfish.operators.serviceworkload.sync import (
-    drain_patch,
-    format_time,
-    parse_time,
-    pod_state,
-    slim_pod,
-)
 from pilotfish.podtemplate import pod_body
+from pilotfish.timeutil import format_micro_time
 from pilotfish.workloads import ANNOTATION_DRAIN, ANNOTATION_DRAINED, LABEL_REVISION, LABEL_WORKLOAD
 
 NOW = 1_700_000_000.0
@@ -259,7 +258,8 @@ def test_an_unreadable_drain_time_counts_as_long_ago() -> None:
 
 
 def test_times_round_trip() -> None:
-    assert parse_time(format_time(NOW + 0.25)) == NOW + 0.25
+    at = datetime.datetime.fromtimestamp(NOW + 0.25, datetime.UTC)
+    assert parse_time(format_micro_time(at)) == NOW + 0.25
     assert parse_time("2023-11-14T22:13:20Z") == NOW
     assert parse_time("nonsense") is None and parse_time(None) is None
 
@@ -296,11 +296,27 @@ def test_drain_patch_is_conditional_and_keeps_other_annotations() -> None:
     assert ops[1]["value"] == {"keep": "me", ANNOTATION_DRAIN: "T"}
 
 
-def test_slim_pod_keeps_what_the_controller_reads_only() -> None:
-    slim = slim_pod(raw_pod(phase="Running", podIP="1.2.3.4", containerStatuses=[{"x": 1}]))
-    assert "managedFields" not in slim["metadata"]
-    assert slim["spec"] == {"nodeName": "kwok-1"}
-    assert slim["status"] == {"phase": "Running", "podIP": "1.2.3.4"}
+def test_the_process_pod_projection_keeps_everything_the_controller_reads() -> None:
+    """The controller reads pods only through the shared projection: a field it drops
+    would silently read as absent (a ready pod as not ready, a drain as never asked)."""
+    full = raw_pod(
+        phase="Running",
+        podIP="10.0.0.1",
+        containerStatuses=[{"name": "c", "ready": True, "image": "i", "state": {}}],
+        conditions=[
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2023-11-14T22:13:30Z"},
+            {"type": "PodScheduled", "status": "True"},
+        ],
+    )
+    meta = full["metadata"]
+    meta["annotations"] |= {ANNOTATION_DRAIN: "2023-11-14T22:14:00Z"}
+    meta["annotations"] |= {ANNOTATION_DRAINED: "2023-11-14T22:14:01Z"}
+    meta["deletionTimestamp"] = "2023-11-14T22:15:00Z"
+    meta["ownerReferences"] = [{"kind": "ServiceWorkload", "name": "web", "uid": "u"}]
+    kept = projections.pod(copy.deepcopy(full))
+    assert pod_state(kept, NOW) == pod_state(full, NOW)
+    assert kept["metadata"]["ownerReferences"] == meta["ownerReferences"]
+    assert "managedFields" not in kept["metadata"]
 
 
 # -- the disruption budget -----------------------------------------------------------------

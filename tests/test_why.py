@@ -497,6 +497,15 @@ def test_an_admitted_pod_is_told_what_it_holds_and_what_others_use_per_resource(
         "status": {
             "used": {"production": {"cpu": "1500m", "memory": "2Gi", "pods": 2}},
             "reserved": {"production": {"cpu": "500m", "pods": 1}},
+            "reservations": [
+                {
+                    "pod": "shop/other",
+                    "uid": "other",
+                    "band": "production",
+                    "resources": {"cpu": "500m", "pods": 1},
+                    "time": "2026-01-01T00:00:00Z",
+                }
+            ],
         },
     }
     assert quota_sentence(pod, "payments", tq) == (

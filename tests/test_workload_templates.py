@@ -17,13 +17,13 @@ import pytest
 
 from pilotfish import names
 from pilotfish.httpserver import BadRequest
-from pilotfish.kube.rest import ApiError
 from pilotfish.webhooks import server, templates, workloads
 from pilotfish.webhooks.gatecache import StaticViews
 from pilotfish.webhooks.gateview import GateView
 from pilotfish.webhooks.quota import Admit
 from pilotfish.webhooks.teamview import TeamSnapshot
 from pilotfish.workloads import LABEL_REVISION, LABEL_WORKLOAD
+from tests.fakeapi import FakeApi
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 WEBHOOKS_SA = f"system:serviceaccount:{names.SYSTEM_NAMESPACE}:{names.SA_WEBHOOKS}"
@@ -363,29 +363,18 @@ async def test_the_bound_workload_review_uses_the_injected_dry_run() -> None:
     assert not decision.allowed and len(fake.pods) == 1
 
 
-class FakeRest:
-    def __init__(self, error: ApiError | None = None) -> None:
-        self.error = error
-        self.calls: list[dict[str, Any]] = []
-
-    async def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
-        self.calls.append({"method": method, "path": path, **kw})
-        if self.error is not None:
-            raise self.error
-        return {"kind": "Pod"}
-
-
 async def test_the_real_dry_run_posts_a_bounded_dry_run_and_returns_the_status() -> None:
-    rest = FakeRest()
-    dry_run = templates.dry_run_with(rest, seconds=8)  # type: ignore[arg-type]
-    assert await dry_run("shop", {"kind": "Pod"}) is None
-    (call,) = rest.calls
-    assert (call["method"], call["path"]) == ("POST", "/api/v1/namespaces/shop/pods")
-    assert call["params"] == {"dryRun": "All", "timeout": "8s"}
-    assert call["request_timeout"] == 8
-    refused = FakeRest(ApiError(422, "Invalid", "bad", MISSING_IMAGE))
-    answer = await templates.dry_run_with(refused)("shop", {})  # type: ignore[arg-type]
-    assert answer == MISSING_IMAGE
-    bare = FakeRest(ApiError(502, "Unknown", "<html>bad gateway"))
-    answer = await templates.dry_run_with(bare)("shop", {})  # type: ignore[arg-type]
-    assert answer == {"code": 502, "reason": "Unknown", "message": "<html>bad gateway"}
+    api = FakeApi()
+    dry_run = templates.dry_run_with(api, seconds=8)
+    assert await dry_run("shop", {"kind": "Pod", "metadata": {"name": "web-dryrun"}}) is None
+    (call,) = api.calls
+    assert (call.method, call.path) == ("POST", "/api/v1/namespaces/shop/pods")
+    assert call.params == {"dryRun": "All", "timeout": "8s"}
+    assert call.request_timeout == 8
+    assert api.obj("/api/v1/namespaces/shop/pods/web-dryrun") is None, "a dry run creates nothing"
+    api.fail_next("POST", "/pods", 422, body=MISSING_IMAGE)
+    assert await templates.dry_run_with(api)("shop", {}) == MISSING_IMAGE
+    api.fail_next("POST", "/pods", 502)  # a proxy's answer: no Status body
+    answer = await templates.dry_run_with(api)("shop", {})
+    assert answer is not None and answer["code"] == 502
+    assert set(answer) == {"code", "reason", "message"}

@@ -10,8 +10,9 @@ structured stderr log, for clusters that collect logs rather than files.
 Every field of a line is the controller's own observation: what it removed, when, on the
 evidence it evaluated, in its own words. Nothing is copied from a pod's annotations, so no
 one who can write a pod can put text or a time into the audit log. A release that committed
-but whose process died before its line was written is audited by the next process when it
-sees the result (`unaudited_releases`), at the time it sees it, saying so.
+without its line (the process died before writing it, or the API's answer was lost) is
+audited when the controller sees the result (`unaudited_releases`), at the time it sees it,
+saying so.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any, Final, Literal
 
 from pilotfish.operators.gates.model import OWNER, PodView
+from pilotfish.timeutil import format_micro_time
 
 log = logging.getLogger("pilotfish.gates.audit")
 
@@ -31,15 +33,13 @@ Decision = Literal["released", "expired-fail", "expired-retry", "expired-review"
 DECISIONS: Final = ("released", "expired-fail", "expired-retry", "expired-review")
 
 
-def _ts(t: datetime.datetime) -> str:
-    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
 class AuditLog:
     def __init__(self, path: Path | None, actor: str) -> None:
         self.path = path
         self.actor = actor
         self._file: IO[str] | None = None
+        # (pod uid, gate) of every `released` line in the file; read once, on first need.
+        self._released: set[tuple[str, str]] | None = None
 
     def _open(self) -> IO[str] | None:
         if self.path is None:
@@ -64,7 +64,7 @@ class AuditLog:
     ) -> dict[str, Any]:
         """Append one line (and log it); returns the record written."""
         line: dict[str, Any] = {
-            "ts": _ts(ts),
+            "ts": format_micro_time(ts),
             "pod": f"{namespace}/{name}",
             "uid": uid,
             "gate": gate,
@@ -78,8 +78,33 @@ class AuditLog:
         if f is not None:
             f.write(json.dumps(line, sort_keys=True) + "\n")
             f.flush()
+        if decision == "released" and self._released is not None:
+            self._released.add((uid, gate))
         log.info("gate %s", decision, extra={"audit": line})
         return line
+
+    def complete(self, pods: Iterable[PodView], now: datetime.datetime, prefix: str) -> None:
+        """Audit the releases that committed without their line (the process died between
+        the write and the audit, or the API's answer was lost), as this process sees them
+        now. Needs the file, read once per process; without one there is nothing to do."""
+        if self.path is None:
+            return
+        if self._released is None:
+            self._released = released_keys(self.path)
+        for p, g in unaudited_releases(pods, self._released, prefix):
+            self.record(
+                ts=now,
+                namespace=p.namespace,
+                name=p.name,
+                uid=p.uid,
+                gate=g,
+                decision="released",
+                evidence=f"{g} was released by this controller without its line being "
+                "written (the process stopped before writing it, or the API's answer was "
+                f"lost): audited by {self.actor} when it saw the pod without the gate and "
+                "with the controller's release mark",
+                resource_version=p.resource_version,
+            )
 
     def close(self) -> None:
         if self._file is not None:

@@ -10,11 +10,12 @@ status of every waiting pod (no write storms).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from pilotfish import ledger
 from pilotfish import quota as q
 from pilotfish.operators.gates.model import NodeView, QuotaView, SignalView, normalize_image
 from pilotfish.quota import Resources
@@ -100,60 +101,15 @@ def quota(
     ask: Mapping[str, Fraction],
     quotas: Sequence[QuotaView],
     used: Mapping[str, Fraction],
+    uids: Collection[str] = (),
 ) -> Verdict:
-    """The team's TeamQuota for `band` admits `ask` on top of `used`.
-
-    Every TeamQuota of the team must admit (several quotas intersect). A team with no
-    TeamQuota at all is not admitted: a gate that asks for a quota check must not pass
-    because the quota is missing. A TeamQuota that leaves the band out does not limit it,
-    as the TeamQuota API documents.
-    """
-    if not team:
-        return Verdict(
-            False,
-            "pod has no team (label pilotfish.io/team on the pod or its namespace)",
-            "no team",
-        )
-    mine = sorted((v for v in quotas if v.team == team), key=lambda v: v.name)
-    if not mine:
-        return Verdict(False, f"team {team} has no TeamQuota", f"team {team} has no TeamQuota")
-    problems: list[str] = []
-    full: set[str] = set()
-    shown: list[str] = []
-    for view in mine:
-        limits = view.limits.get(band)
-        if limits is None:
-            shown.append(f"TeamQuota {view.name}: band {band} not limited")
-            continue
-        over = q.excess(limits, used, ask)
-        problems.extend(f"TeamQuota {view.name}: {_usage_text(e)}" for e in over)
-        full.update(e.resource for e in over)
-        shown.extend(f"TeamQuota {view.name}: {_usage_text(e)}" for e in _all(limits, used, ask))
-    if problems:
-        return Verdict(
-            False,
-            f"team {team}, {band}: " + "; ".join(problems),
-            f"quota of team {team}, band {band} full on {', '.join(sorted(full))}",
-        )
-    return Verdict(True, f"team {team}, {band}: " + ("; ".join(shown) or "no limits"))
-
-
-def _all(
-    limits: Mapping[str, Fraction], used: Mapping[str, Fraction], ask: Mapping[str, Fraction]
-) -> list[q.Excess]:
-    return [
-        q.Excess(r, used.get(r, Fraction(0)), limits[r], ask.get(r, Fraction(0)))
-        for r in sorted(limits)
-    ]
-
-
-def _usage_text(e: q.Excess) -> str:
-    """ "cpu 6/10 used, pod asks 2" """
-    f = q.format_quantity
-    return (
-        f"{e.resource} {f(e.resource, e.used)}/{f(e.resource, e.limit)} used, "
-        f"pod asks {f(e.resource, e.ask)}"
+    """The team's quota ledger admits `ask` for the pods `uids`, on top of what it holds
+    and `used` (what this round released already): `pilotfish.ledger.gate_condition`, the
+    check admission makes. The release reserves before it removes the gate."""
+    v = ledger.gate_condition(
+        team, band, ask, [view.ledger for view in quotas], spent=used, excluding=uids
     )
+    return Verdict(v.satisfied, v.evidence, v.summary)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from fractions import Fraction
 from typing import Any, Final
 
 from pilotfish import gates, names, quota
+from pilotfish.ledger import Ledger
 from pilotfish.quota import Resources
 from pilotfish.timeutil import parse_time_or_none as parse_ts
 
@@ -264,21 +265,18 @@ def node_view(obj: Mapping[str, Any]) -> NodeView:
 
 @dataclass(frozen=True)
 class QuotaView:
-    """A TeamQuota's limits per band; a band it leaves out maps to None (not limited)."""
+    """A TeamQuota as the one quota ledger reads it (`pilotfish.ledger`): limits per band
+    (None: the band is not granted), used and reserved."""
 
     name: str
     team: str
     limits: Mapping[str, Resources | None]
+    ledger: Ledger
 
 
 def quota_view(obj: Mapping[str, Any]) -> QuotaView:
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    return QuotaView(
-        name=str(meta.get("name") or ""),
-        team=str(spec.get("team") or ""),
-        limits={band: quota.band_limits(obj, band) for band in names.BANDS},
-    )
+    book = Ledger.of(obj)
+    return QuotaView(name=book.name, team=book.team, limits=book.limits, ledger=book)
 
 
 @dataclass(frozen=True)

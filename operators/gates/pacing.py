@@ -1,7 +1,9 @@
-"""Release pacing per tenant: a token bucket driven by an explicit `now`, and the in-flight cap.
+"""Release pacing per tenant: a token bucket driven by an explicit instant, and the in-flight cap.
 
 The bucket is a value, not an object with a clock: `decide` takes the buckets of the last
 round and returns the new ones, so a test drives time by passing instants and nothing sleeps.
+Instants are seconds on the process's monotonic clock (`Clock.monotonic`): pacing is elapsed
+time, and a wall-clock step must neither release a burst nor stall a tenant.
 It is the only state the controller keeps that the API does not have; losing it (restart)
 costs at most one burst, never a wrong release, because the in-flight cap is re-derived
 from the pods themselves.
@@ -9,7 +11,6 @@ from the pods themselves.
 
 from __future__ import annotations
 
-import datetime
 import math
 from dataclasses import dataclass, replace
 
@@ -25,30 +26,30 @@ class Bucket:
     rate: float
     burst: float
     tokens: float
-    at: datetime.datetime
+    at: float  # monotonic seconds
 
     @classmethod
-    def full(cls, rate: float, now: datetime.datetime) -> Bucket:
+    def full(cls, rate: float, now: float) -> Bucket:
         burst = burst_for(rate)
         return cls(rate, burst, burst, now)
 
-    def refill(self, now: datetime.datetime) -> Bucket:
-        elapsed = max(0.0, (now - self.at).total_seconds())
+    def refill(self, now: float) -> Bucket:
+        elapsed = max(0.0, now - self.at)
         return replace(self, tokens=min(self.burst, self.tokens + elapsed * self.rate), at=now)
 
-    def available(self, now: datetime.datetime) -> bool:
+    def available(self, now: float) -> bool:
         return self.refill(now).tokens >= 1.0
 
-    def take(self, n: int, now: datetime.datetime) -> Bucket:
+    def take(self, n: int, now: float) -> Bucket:
         b = self.refill(now)
         return replace(b, tokens=b.tokens - n)
 
-    def ready_at(self, now: datetime.datetime) -> datetime.datetime:
+    def ready_at(self, now: float) -> float:
         """When the next token is there (now if one already is)."""
         b = self.refill(now)
         if b.tokens >= 1.0:
             return now
-        return now + datetime.timedelta(seconds=(1.0 - b.tokens) / self.rate)
+        return now + (1.0 - b.tokens) / self.rate
 
 
 def burst_for(rate: float) -> float:
@@ -57,9 +58,7 @@ def burst_for(rate: float) -> float:
     return float(max(1, math.floor(rate)))
 
 
-def bucket_for(
-    pacing: Pacing | None, previous: Bucket | None, now: datetime.datetime
-) -> Bucket | None:
+def bucket_for(pacing: Pacing | None, previous: Bucket | None, now: float) -> Bucket | None:
     """The bucket for a tenant under its current pacing (None: rate unlimited). A changed
     rate keeps the tokens already earned, clipped to the new burst."""
     rate = pacing.releases_per_second if pacing else None

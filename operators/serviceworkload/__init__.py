@@ -1,10 +1,12 @@
 """ServiceWorkload: N replicas of a template, rolled out within a surge/unavailability budget.
 
-Modules, in the order a sync uses them: `revisions` (ControllerRevisions, hashes, history,
-undo), `pdb` (the disruption budget), `sync` (pods from the template and the planner's view
-of them), `rolling` (the pure planner and its budget invariant), `progress` (the progress
-deadline), `status` (counts and conditions), `expectations` (our writes until the watch shows
-them) and `controller` (observe, decide, act).
+The controller shape every Pilotfish controller has: `model` (what a round observes),
+`decide` (pure: observed → plan), `apply` (the one executor: conditional writes, recorded
+in `OwnWrites`), `controller` (informers, handlers, queue). `decide` runs the phases the
+Deployment controller has, one module each: `sync` (the template's ControllerRevision, the
+PodDisruptionBudget, history), `rolling` (the pure pod planner and its budget invariant),
+`progress` (the progress deadline) and `status` (counts and conditions, computed last).
+`revisions` and `pdb` are the objects' own rules (hashes, numbering, undo; the budget).
 """
 
 from pilotfish.operators.serviceworkload.controller import ServiceWorkloadController

@@ -42,7 +42,7 @@ class Progress:
 
 def is_complete(pods: Sequence[PodState], desired: Desired, now: float) -> bool:
     """Every replica runs the update revision and is available, and nothing else is left:
-    no pod of another revision, no pod still draining, no create still expected."""
+    no pod of another revision and no pod still draining."""
     b = desired.budget
     active = [p for p in pods if p.active]
     if len(active) != b.replicas:

@@ -158,7 +158,7 @@ def compute_status(
     now_str: str,
     failure: ReplicaFailure | None = None,
 ) -> Obj:
-    """The status the workload should show, from the pods observed (not the expected ones)
+    """The status the workload should show, from the pods observed (never the round's plan)
     and the last create refusal seen (`failure`; None once a create succeeded)."""
     b = desired.budget
     min_ready = b.min_ready_seconds

@@ -1,134 +1,124 @@
-"""Replicas: pods made from the template, and what the planner needs to know about each.
+"""The sync phase: the template's revision, the disruption budget and the history.
 
-Pods are named `<workload>-<revision hash>-<5 random characters>` by the controller itself,
-not by `generateName`, so that the name of a pod is known *before* the create is sent: the
-controller records it as expected first, and if the answer is lost (timeout, connection
-reset) the pod still counts toward the surge bound until the watch shows it or the
-expectation expires. With generateName a lost answer would leave a pod nobody counts.
+As the Deployment controller's `sync.go` makes sure the new ReplicaSet exists before any
+rolling, this phase makes sure the current template is recorded as a ControllerRevision
+before any pod of it exists, and that the workload's PodDisruptionBudget says what the
+strategy says. A round that records a revision does nothing else: the pods wait for the
+next round, which starts once the informer shows the revision (so no pod ever refers to a
+revision the API does not have).
 
-Only pods whose controlling ownerReference is the workload's uid are its pods: a pod with
-the workload's label but another owner (say, of a deleted workload of the same name that the
-garbage collector has not finished) is never counted, adopted or touched.
+Pure: observed objects in, writes out (`RecordRevision`, `PdbWrite`), each conditional on
+what it was decided from, and the Events that explain what is left alone.
 """
 
 from __future__ import annotations
 
-import datetime
-import random
-from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
-from pilotfish.operators.serviceworkload.revisions import controlled_by
-from pilotfish.operators.serviceworkload.rolling import PodState
-from pilotfish.timeutil import parse_time_or_none
-from pilotfish.workloads import ANNOTATION_DRAIN, ANNOTATION_DRAINED, LABEL_REVISION
+from pilotfish.operators.serviceworkload import pdb as pdbs
+from pilotfish.operators.serviceworkload import revisions as revs
+from pilotfish.operators.serviceworkload.model import Event, Observed
+from pilotfish.operators.serviceworkload.rolling import Budget
 
 Obj = dict[str, Any]
 
-SUFFIX_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"
-SUFFIX_LENGTH: Final = 5
-KIND: Final = "ServiceWorkload"
+EVENT_REVISION_CREATED: Final = "RevisionCreated"
+EVENT_REVISION_REACTIVATED: Final = "RevisionReactivated"
+EVENT_REVISION_COLLISION: Final = "RevisionHashCollision"
+EVENT_PDB_NOT_OWNED: Final = "PodDisruptionBudgetNotOwned"
 
 
-def format_time(t: float) -> str:
-    """RFC 3339 with microseconds, UTC: the drain annotations' format."""
-    return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+@dataclass(frozen=True)
+class RecordRevision:
+    """Create `body`; first delete `replaces` (a renumbering: see `revisions` for why a
+    revision is never patched), conditional on the resourceVersion it was read at."""
+
+    body: Obj
+    event: Event
+    replaces: revs.RevisionInfo | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.body["metadata"]["name"])
 
 
-def parse_time(value: Any) -> float | None:
-    """Seconds since the epoch of an RFC 3339 time (with or without fraction); None if
-    absent or unreadable."""
-    t = parse_time_or_none(value)
-    return None if t is None else t.timestamp()
+@dataclass(frozen=True)
+class PdbWrite:
+    """Create the budget (`create`) or JSON-patch it (`patch`, with a `test` of the
+    resourceVersion read)."""
+
+    name: str
+    create: Obj | None = None
+    patch: list[Obj] | None = None
 
 
-def random_suffix(rng: random.Random) -> str:
-    return "".join(rng.choice(SUFFIX_ALPHABET) for _ in range(SUFFIX_LENGTH))
+@dataclass(frozen=True)
+class SyncPlan:
+    revision: RecordRevision | None = None
+    pdb: PdbWrite | None = None
+    events: tuple[Event, ...] = ()
+    # A hash collision: nothing can be rolled out until a person changes the template.
+    blocked: bool = False
 
 
-def owner_key(pod: Mapping[str, Any]) -> str | None:
-    """`namespace/name` of the ServiceWorkload controlling the pod, if one does."""
-    meta = pod.get("metadata") or {}
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("controller") and ref.get("kind") == KIND:
-            return f"{meta.get('namespace')}/{ref.get('name')}"
-    return None
+def collision_event(message: str) -> Event:
+    return Event(EVENT_REVISION_COLLISION, message, "RecordRevision", "Warning")
 
 
-def _ready_since(pod: Mapping[str, Any], created: float) -> float | None:
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            if cond.get("status") != "True":
-                return None
-            return parse_time(cond.get("lastTransitionTime")) or created
-    return None
+def revision_step(obs: Observed, now: str) -> RecordRevision | None:
+    """The revision to record for the current template; None when it is the newest.
+    Raises `revisions.RevisionCollision`."""
+    template = obs.template
+    step = revs.next_revision(obs.revisions, template)
+    if step is None:
+        return None
+    if isinstance(step, revs.ActivateRevision):
+        hash_, number = step.revision.hash, step.number
+        note = f"template is revision {hash_} again; it is now revision {number}"
+        event = Event(EVENT_REVISION_REACTIVATED, note, "RecordRevision")
+        body = revs.revision_body(obs.sw, hash_, number, template, now)
+        return RecordRevision(body, event, replaces=step.revision)
+    body = revs.revision_body(obs.sw, step.hash, step.number, template, now)
+    note = (
+        f"revision {step.number} ({step.hash}) recorded as ControllerRevision "
+        f"{body['metadata']['name']}"
+    )
+    return RecordRevision(body, Event(EVENT_REVISION_CREATED, note, "RecordRevision"))
 
 
-def _unschedulable(pod: Mapping[str, Any]) -> str | None:
-    """The scheduler's message while it has tried and cannot place the pod (a gated pod
-    was never tried: its reason is SchedulingGated, not Unschedulable)."""
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "PodScheduled":
-            if cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
-                return str(cond.get("message") or "no reason given by the scheduler")
-            return None
-    return None
-
-
-def pod_state(pod: Mapping[str, Any], now: float) -> PodState:
-    """The planner's view of a pod. An unreadable drain-request time counts as long ago
-    (the request is there; waiting forever on an unreadable time would wedge the pod)."""
-    meta = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    annotations = meta.get("annotations") or {}
-    created = parse_time(meta.get("creationTimestamp")) or now
-    phase = status.get("phase")
-    drain = annotations.get(ANNOTATION_DRAIN)
-    return PodState(
-        name=str(meta.get("name")),
-        revision=str((meta.get("labels") or {}).get(LABEL_REVISION, "")),
-        created_at=created,
-        scheduled=bool((pod.get("spec") or {}).get("nodeName")),
-        running=phase == "Running",
-        ready_since=_ready_since(pod, created),
-        terminated=phase in ("Failed", "Succeeded"),
-        terminating=bool(meta.get("deletionTimestamp")),
-        drain_requested_at=None if not drain else (parse_time(drain) or 0.0),
-        drained_at=parse_time(annotations.get(ANNOTATION_DRAINED)),
-        has_address=bool(status.get("podIP")),
-        unschedulable=_unschedulable(pod),
+def pdb_not_owned(name: str) -> Event:
+    return Event(
+        EVENT_PDB_NOT_OWNED,
+        f"PodDisruptionBudget {name} exists and is not this workload's; it is left alone, "
+        "and node drains follow it instead of the workload's strategy",
+        "EnsureDisruptionBudget",
+        "Warning",
     )
 
 
-def is_ours(pod: Mapping[str, Any], uid: str) -> bool:
-    return controlled_by(pod, uid)
+def pdb_step(obs: Observed, budget: Budget) -> tuple[PdbWrite | None, Event | None]:
+    """Create the budget, bring ours to the strategy, or leave someone else's alone."""
+    existing = obs.pdb
+    if existing is None:
+        return PdbWrite(obs.name, create=pdbs.pdb_body(obs.sw, budget)), None
+    if not pdbs.is_ours(existing, obs.uid):
+        return None, pdb_not_owned(obs.name)
+    ops = pdbs.pdb_patch(existing, pdbs.desired_spec(obs.name, budget))
+    return (PdbWrite(obs.name, patch=ops) if ops is not None else None), None
 
 
-def drain_patch(pod: Mapping[str, Any], now: str) -> list[dict[str, Any]]:
-    """Ask for the pod to leave rotation, only on the version decided from (JSON patch)."""
-    meta = pod["metadata"]
-    annotations = dict(meta.get("annotations") or {})
-    annotations[ANNOTATION_DRAIN] = now
-    return [
-        {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
-        {"op": "add", "path": "/metadata/annotations", "value": annotations},
-    ]
+def decide_sync(obs: Observed, budget: Budget, now: str) -> SyncPlan:
+    try:
+        revision = revision_step(obs, now)
+    except revs.RevisionCollision as e:
+        return SyncPlan(events=(collision_event(str(e)),), blocked=True)
+    pdb, note = pdb_step(obs, budget)
+    return SyncPlan(revision, pdb, (note,) if note else ())
 
 
-def slim_pod(pod: Obj) -> Obj:
-    """What the controller keeps of a pod: metadata, node, phase, IP and conditions.
-
-    At tens of thousands of pods the specs (containers, volumes, env) are most of the
-    memory and the controller never reads them.
-    """
-    meta = dict(pod.get("metadata") or {})
-    meta.pop("managedFields", None)
-    status = pod.get("status") or {}
-    spec = pod.get("spec") or {}
-    return {
-        "apiVersion": pod.get("apiVersion", "v1"),
-        "kind": pod.get("kind", "Pod"),
-        "metadata": meta,
-        "spec": {"nodeName": spec["nodeName"]} if spec.get("nodeName") else {},
-        "status": {k: status[k] for k in ("phase", "podIP", "reason", "conditions") if k in status},
-    }
+def prune(obs: Observed, update_hash: str, in_use: set[str]) -> Sequence[revs.RevisionInfo]:
+    """History beyond `strategy.revisionHistoryLimit` (see `revisions.to_prune`)."""
+    limit = obs.model.spec.strategy.revision_history_limit
+    return revs.to_prune(obs.revisions, limit, update_hash, in_use)

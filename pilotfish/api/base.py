@@ -9,7 +9,6 @@ in one place is what stops them drifting apart.
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import (
@@ -33,6 +32,7 @@ from pydantic_core import core_schema
 
 from pilotfish import quantity
 from pilotfish.names import GROUP
+from pilotfish.timeutil import format_time
 
 # Patterns the API server itself uses for the same kinds of values, so that a value Python
 # accepts is one the API server accepts too.
@@ -179,16 +179,12 @@ class ListMap:
         return items
 
 
-def _rfc3339(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 # metav1.Time: RFC 3339 with second precision. Parsed from the wire's strings (hence not
 # strict), always serialised back to a string so that `model_dump` output is a valid body.
 Time = Annotated[
     AwareDatetime,
     Strict(False),
-    PlainSerializer(_rfc3339, return_type=str),
+    PlainSerializer(format_time, return_type=str),
 ]
 
 

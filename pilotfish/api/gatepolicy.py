@@ -1,6 +1,6 @@
 """GatePolicy: which pods get which scheduling gates at creation, and what releases them."""
 
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import Field, StringConstraints
 
@@ -21,6 +21,11 @@ from pilotfish.api.base import (
     Resource,
 )
 from pilotfish.names import GATE_PREFIX
+
+# The condition the operator keeps on every GatePolicy: True when its gates go on the pods it
+# selects as written; False, with why, when the stored policy cannot be read or a gate it
+# declares is governed by another policy's terms.
+VALID: Final = "Valid"
 
 GateConditionType = Literal["GateSignal", "Quota", "Image", "Gang"]
 NamePrefix = Annotated[
@@ -185,7 +190,13 @@ class GatePolicySpec(ApiModel):
 
 
 class GatePolicyStatus(ConditionsStatus):
-    """The observed state of a GatePolicy."""
+    """The observed state of a GatePolicy, written by the operator.
+
+    Condition Valid: True when the policy's gates go on the pods it selects as written;
+    False when the stored policy cannot be read (reason Unreadable) or a gate it declares is
+    also declared, with other terms, by a policy of the namespace first by name (reason
+    GateConflict), with the message saying where.
+    """
 
     gated_pods: int = Field(
         default=0,
@@ -209,6 +220,12 @@ class GatePolicy(Resource):
                 "Gate names (kubectl shows the first).",
             ),
             PrinterColumn("Gated", "integer", ".status.gatedPods", "Pods still gated."),
+            PrinterColumn(
+                "Valid",
+                "string",
+                f'.status.conditions[?(@.type=="{VALID}")].status',
+                "Whether the policy's gates go on pods as written (the message says why not).",
+            ),
             AGE_COLUMN,
         ),
     )
@@ -218,5 +235,5 @@ class GatePolicy(Resource):
     spec: GatePolicySpec = Field(description="Desired state, written by people.")
     status: GatePolicyStatus | None = Field(
         default=None,
-        description="Observed state, written by the gate operator.",
+        description="Observed state, written by the operator.",
     )

@@ -6,7 +6,6 @@ person needs to look around afterwards: a status table, the KUBECONFIG line, how
 
 from __future__ import annotations
 
-import datetime
 import subprocess
 import time
 from collections.abc import Callable
@@ -15,7 +14,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from pilotfish import names
+from pilotfish import names, timeutil
 from pilotfish.devcluster import binaries, cluster
 from pilotfish.devcluster.components import Layout
 
@@ -104,7 +103,7 @@ def gated_release(layout: Layout) -> None:
         "app=ledger",
         "POD:.metadata.name,GATES:.spec.schedulingGates[*].name,NODE:.spec.nodeName",
     )
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = timeutil.format_time(timeutil.SYSTEM_CLOCK.now())
     print(f"==> the export finishes: GateSignal {SIGNAL} turns Ready")
     custom.patch_namespaced_custom_object_status(
         names.GROUP,

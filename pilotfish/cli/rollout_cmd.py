@@ -33,8 +33,7 @@ from kubernetes_asyncio.config import ConfigException
 
 from pilotfish.api.serviceworkload import PROGRESSING, STALLED
 from pilotfish.cli.connect import Target, default_namespace, rest_client
-from pilotfish.kube.rest import JSON_PATCH, MERGE_PATCH, PODS, ApiError, Rest
-from pilotfish.operators.serviceworkload.controller import SERVICEWORKLOADS
+from pilotfish.kube.rest import JSON_PATCH, MERGE_PATCH, PODS, SERVICEWORKLOADS, ApiError, Rest
 from pilotfish.operators.serviceworkload.progress import REASON_COMPLETE, REASON_PAUSED
 from pilotfish.operators.serviceworkload.revisions import (
     CONTROLLER_REVISIONS,

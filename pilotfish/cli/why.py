@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import datetime
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final, TextIO
 
 from pilotfish import gates
-from pilotfish.cli.gates_cmd import RestLike, condition_text, state_condition
+from pilotfish.cli.gates_list import condition_text, state_condition
 from pilotfish.cli.output import ago, human_duration
 from pilotfish.cli.whyquota import quota_layer
-from pilotfish.kube.rest import PODS, ApiError, Resource
+from pilotfish.kube.rest import PODS, ApiError, Resource, Rest
+from pilotfish.timeutil import SYSTEM_CLOCK, Clock
 from pilotfish.timeutil import parse_time_or_none as _time
-from pilotfish.timeutil import utcnow
 
 CORE_EVENTS: Final = Resource("", "v1", "events")
 
@@ -346,10 +346,10 @@ def explain(
 
 
 async def run(
-    rest: RestLike,
+    rest: Rest,
     namespace: str,
     name: str,
-    now: Callable[[], datetime.datetime] = utcnow,
+    clock: Clock = SYSTEM_CLOCK,
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
 ) -> int:
@@ -368,7 +368,7 @@ async def run(
     except ApiError as e:
         print(f"warning: cannot read the pod's events ({e.status} {e.message})", file=err)
         events = []
-    for line in explain(pod, events, now()):
+    for line in explain(pod, events, clock.now()):
         print(line, file=out)
     sentence = await quota_layer(rest, pod, namespace, err)
     if sentence:

@@ -6,9 +6,8 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any, TextIO
 
-from pilotfish import quota
-from pilotfish.cli.gates_cmd import RestLike
-from pilotfish.kube.rest import NAMESPACES, TEAMQUOTAS, ApiError
+from pilotfish import ledger, quota
+from pilotfish.kube.rest import NAMESPACES, TEAMQUOTAS, ApiError, Rest
 
 
 def quota_sentence(
@@ -17,23 +16,20 @@ def quota_sentence(
     """The quota layer, with amounts: where the pod's band stands in its team's TeamQuota.
 
     Admission counts `used + reserved` against the band's limits (the same arithmetic as
-    `pilotfish.quota`). A pod not yet admitted is told which resource holds it back and by
+    `pilotfish.ledger`). A pod not yet admitted is told which resource holds it back and by
     how much; an admitted one is already in that sum, so it is told what it holds and what
     the others use, never a total with itself taken out and called "used".
     """
     band = quota.pod_band(pod, default="")
     if not team or not band:
         return None
-    if teamquota is None or quota.band_limits(teamquota, band) is None:
+    book = None if teamquota is None else ledger.Ledger.of(teamquota)
+    limits = None if book is None else book.limits.get(band)
+    if book is None or limits is None:
         return f"Quota: team {team} has no TeamQuota granting the {band} band."
-    limits = quota.band_limits(teamquota, band) or {}
-    st = teamquota.get("status") or {}
-    used = quota.add(
-        quota.parse_band_resources((st.get("used") or {}).get(band)),
-        quota.parse_band_resources((st.get("reserved") or {}).get(band)),
-    )
+    used = book.held(band)
     asks = quota.pod_requests(pod)
-    name = teamquota["metadata"]["name"]
+    name = book.name
     fmt = quota.format_quantity
     if quota.counts_against_quota(pod):
         if not limits:
@@ -72,9 +68,7 @@ def _held_text(band: str, resource: str, holds: Fraction, total: Fraction, limit
     return text
 
 
-async def quota_layer(
-    rest: RestLike, pod: dict[str, Any], namespace: str, err: TextIO
-) -> str | None:
+async def quota_layer(rest: Rest, pod: dict[str, Any], namespace: str, err: TextIO) -> str | None:
     """Read what the quota layer needs (namespace labels, the team's TeamQuota); a caller
     without the right to read them is told so rather than given a wrong answer."""
     try:

@@ -24,12 +24,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
+
+if TYPE_CHECKING:
+    from kubernetes import client as k8s
 
 from pilotfish import names
 from pilotfish.devcluster import binaries, components, nodes, pki, supervisor
@@ -164,7 +164,14 @@ def host_processes(layout: Layout, p: Ports) -> list[Component]:
     ]
 
 
+# The synchronous client is imported where it is used: every Pilotfish process starts
+# through `pilotfish.cli.main`, and the long-running ones (operator, webhooks, extender)
+# never talk to a dev cluster, so they should not carry its ~15 MB of models.
+
+
 def api_client(layout: Layout) -> k8s.ApiClient:
+    from kubernetes import config as k8s_config
+
     return k8s_config.new_client_from_config(config_file=str(layout.admin_kubeconfig))
 
 
@@ -206,6 +213,9 @@ def _write_configs(layout: Layout, spec: ClusterSpec, bins: Path) -> None:
 
 
 def _ensure_nodes(api: k8s.ApiClient, count: int) -> None:
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
     core = k8s.CoreV1Api(api)
     for node in nodes.fleet(count):
         try:
@@ -228,6 +238,8 @@ def wait_for(what: str, check: Any, timeout: float = 120.0, interval: float = 0.
 
 
 def ready_nodes(api: k8s.ApiClient) -> list[str]:
+    from kubernetes import client as k8s
+
     out = []
     for n in k8s.CoreV1Api(api).list_node(label_selector=f"{names.LABEL_FAKE_NODE}=true").items:
         if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or [])):
@@ -283,6 +295,8 @@ def install_pilotfish(layout: Layout, spec: ClusterSpec, bins: Path) -> None:
         "--timeout",
         "2m",
     )
+    from kubernetes import client as k8s
+
     api = api_client(layout)
     core = k8s.CoreV1Api(api)
     server = f"https://127.0.0.1:{spec.ports.apiserver}"
@@ -345,6 +359,9 @@ def up(state: Path, spec: ClusterSpec | None = None) -> Layout:
 
 
 def _has_default_sa(api: k8s.ApiClient) -> bool:
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
     try:
         k8s.CoreV1Api(api).read_namespaced_service_account("default", "default")
     except ApiException:

@@ -397,6 +397,13 @@ AUDIT_POLICY: dict[str, Any] = {
             "users": ["system:kube-scheduler", "system:kube-controller-manager"],
             "verbs": ["get", "list", "watch"],
         },
+        # The operator's lists and watches (per list page and watch, never per object): which
+        # watches it holds, by resource and selector, is read from here (operator_memory).
+        {
+            "level": "Metadata",
+            "users": [f"system:serviceaccount:{names.SYSTEM_NAMESPACE}:{names.SA_OPERATOR}"],
+            "verbs": ["list", "watch"],
+        },
         {"level": "None", "verbs": ["get", "list", "watch"]},
         {"level": "None", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]},
         {

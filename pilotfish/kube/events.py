@@ -11,15 +11,19 @@ Callers pass reason constants declared at the top of their own module (`GateRele
   `refill_seconds`); events beyond it are dropped and counted, never queued without bound.
 - Best effort: an Event that cannot be written is logged and counted; it never fails the
   reconcile that emitted it (the audit log and conditions are the durable record).
+- Off the hot path: controllers `post` to the process's one `EventPoster`, which queues
+  (bounded: beyond `capacity` an Event is dropped and counted) and writes from one task, so
+  a slow or failing Events API never slows a reconcile.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import hashlib
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -27,18 +31,12 @@ import aiohttp
 
 from pilotfish import metrics
 from pilotfish.kube.rest import EVENTS, MERGE_PATCH, ApiError, Rest
-from pilotfish.timeutil import utcnow
+from pilotfish.timeutil import SYSTEM_CLOCK, Clock, format_micro_time
 
 log = logging.getLogger("pilotfish.events")
 
-Clock = Callable[[], datetime.datetime]
 EventType = Literal["Normal", "Warning"]
 NOTE_MAX: Final = 1024
-
-
-def micro_time(t: datetime.datetime) -> str:
-    """metav1.MicroTime, which eventTime and series.lastObservedTime require."""
-    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def object_reference(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -60,16 +58,16 @@ class _Series:
     name: str
     namespace: str
     count: int
-    first: datetime.datetime
-    last_observed: datetime.datetime
-    last_written: datetime.datetime
+    first: float  # monotonic: windows and intervals are elapsed time
+    last_observed: datetime.datetime  # wall: written into the Event
+    last_written: float
     written_count: int
 
 
 @dataclass
 class _Allowance:
     tokens: float
-    at: datetime.datetime
+    at: float  # monotonic
 
 
 class EventRecorder:
@@ -79,7 +77,7 @@ class EventRecorder:
         controller: str,
         instance: str,
         *,
-        clock: Clock = utcnow,
+        clock: Clock = SYSTEM_CLOCK,
         series_window: float = 600.0,
         series_interval: float = 30.0,
         burst: int = 25,
@@ -98,9 +96,9 @@ class EventRecorder:
         self._series: OrderedDict[tuple[str, ...], _Series] = OrderedDict()
         self._allowance: OrderedDict[str, _Allowance] = OrderedDict()
 
-    def _allowed(self, uid: str, now: datetime.datetime) -> bool:
+    def _allowed(self, uid: str, now: float) -> bool:
         a = self._allowance.pop(uid, None) or _Allowance(float(self.burst), now)
-        elapsed = max(0.0, (now - a.at).total_seconds())
+        elapsed = max(0.0, now - a.at)
         a = _Allowance(min(float(self.burst), a.tokens + elapsed / self.refill_seconds), now)
         ok = a.tokens >= 1.0
         if ok:
@@ -121,7 +119,8 @@ class EventRecorder:
     ) -> str | None:
         """Record one occurrence; returns what was written: "created", "series", "pending"
         (counted, written with a later occurrence), "dropped" or None on failure."""
-        now = self.clock()
+        now = self.clock.now()
+        mono = self.clock.monotonic()
         ref = object_reference(regarding)
         note = note[:NOTE_MAX]
         key = (
@@ -133,15 +132,15 @@ class EventRecorder:
             note,
         )
         series = self._series.get(key)
-        if series and (now - series.first).total_seconds() <= self.series_window:
+        if series and mono - series.first <= self.series_window:
             self._series.move_to_end(key)
             series.count += 1
             series.last_observed = now
-            if (now - series.last_written).total_seconds() < self.series_interval:
+            if mono - series.last_written < self.series_interval:
                 metrics.EVENTS.labels(self.controller, reason, "pending").inc()
                 return "pending"
             return await self._write_series(key, series, ref, reason, note, action, type_, now)
-        if not self._allowed(key[1], now):
+        if not self._allowed(key[1], mono):
             metrics.EVENTS.labels(self.controller, reason, "dropped").inc()
             return "dropped"
         return await self._create(key, ref, reason, note, action, type_, now)
@@ -163,7 +162,7 @@ class EventRecorder:
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
             "metadata": {"name": name, "namespace": ns},
-            "eventTime": micro_time(now),
+            "eventTime": format_micro_time(now),
             "reportingController": self.controller,
             "reportingInstance": self.instance,
             "action": action,
@@ -178,7 +177,8 @@ class EventRecorder:
             metrics.EVENTS.labels(self.controller, reason, "failed").inc()
             log.warning("event not written", extra={"event": name, "error": str(e)})
             return None
-        self._series[key] = _Series(name, ns, 1, now, now, now, 1)
+        mono = self.clock.monotonic()
+        self._series[key] = _Series(name, ns, 1, mono, now, mono, 1)
         while len(self._series) > self.max_tracked:
             self._series.popitem(last=False)
         metrics.EVENTS.labels(self.controller, reason, "created").inc()
@@ -195,7 +195,7 @@ class EventRecorder:
         type_: EventType,
         now: datetime.datetime,
     ) -> str | None:
-        patch = {"series": {"count": series.count, "lastObservedTime": micro_time(now)}}
+        patch = {"series": {"count": series.count, "lastObservedTime": format_micro_time(now)}}
         try:
             await self.rest.patch(EVENTS.path(series.namespace, series.name), patch, MERGE_PATCH)
         except ApiError as e:
@@ -209,7 +209,93 @@ class EventRecorder:
             metrics.EVENTS.labels(self.controller, reason, "failed").inc()
             log.warning("event series not updated", extra={"event": series.name, "error": str(e)})
             return None
-        series.last_written = now
+        series.last_written = self.clock.monotonic()
         series.written_count = series.count
         metrics.EVENTS.labels(self.controller, reason, "series").inc()
         return "series"
+
+
+@dataclass(frozen=True)
+class _Posted:
+    controller: str
+    regarding: Mapping[str, Any]
+    reason: str
+    note: str
+    action: str
+    type_: EventType
+
+
+class EventPoster:
+    """The process's one writer of Events: one recorder (series, spam filter) per reporting
+    controller, fed from a bounded queue by `post` and drained by `run`."""
+
+    def __init__(
+        self, rest: Rest, instance: str, clock: Clock = SYSTEM_CLOCK, *, capacity: int = 10_000
+    ) -> None:
+        self.rest = rest
+        self.instance = instance
+        self.clock = clock
+        self._recorders: dict[str, EventRecorder] = {}
+        self._queue: asyncio.Queue[_Posted] = asyncio.Queue(maxsize=capacity)
+
+    def recorder(self, controller: str) -> EventRecorder:
+        rec = self._recorders.get(controller)
+        if rec is None:
+            rec = EventRecorder(self.rest, controller, self.instance, clock=self.clock)
+            self._recorders[controller] = rec
+        return rec
+
+    def scoped(self, controller: str) -> ControllerEvents:
+        """The poster as one controller uses it: Events reported by `controller`."""
+        self.recorder(controller)
+        return ControllerEvents(self, controller)
+
+    def post(
+        self,
+        controller: str,
+        regarding: Mapping[str, Any],
+        reason: str,
+        note: str,
+        *,
+        action: str,
+        type_: EventType = "Normal",
+    ) -> None:
+        try:
+            self._queue.put_nowait(_Posted(controller, regarding, reason, note, action, type_))
+        except asyncio.QueueFull:
+            metrics.EVENTS.labels(controller, reason, "dropped").inc()
+
+    async def _write(self, p: _Posted) -> None:
+        await self.recorder(p.controller).emit(
+            p.regarding, p.reason, p.note, action=p.action, type_=p.type_
+        )
+
+    async def flush(self) -> None:
+        """Write everything posted so far (short-lived processes, tests)."""
+        while not self._queue.empty():
+            await self._write(self._queue.get_nowait())
+
+    async def run(self) -> None:
+        while True:
+            p = await self._queue.get()
+            try:
+                await self._write(p)
+            except Exception:
+                log.exception("event not written", extra={"reason": p.reason})
+
+
+@dataclass(frozen=True)
+class ControllerEvents:
+    poster: EventPoster
+    controller: str
+
+    def post(
+        self,
+        regarding: Mapping[str, Any],
+        reason: str,
+        note: str,
+        *,
+        action: str,
+        type_: EventType = "Normal",
+    ) -> None:
+        self.poster.post(self.controller, regarding, reason, note, action=action, type_=type_)

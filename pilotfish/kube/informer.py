@@ -17,13 +17,17 @@ from typing import Any
 
 import aiohttp
 
+from pilotfish import tasks
 from pilotfish.kube.rest import ApiError, Resource, Rest
+from pilotfish.timeutil import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger("pilotfish.informer")
 
 Obj = dict[str, Any]
 # (event type ADDED | MODIFIED | DELETED | SYNC, the object, the previous version or None)
 Handler = Callable[[str, Obj, Obj | None], None]
+# Called with the monotonic time a completed relist started.
+RelistHandler = Callable[[float], None]
 
 
 def object_key(obj: Obj) -> str:
@@ -51,6 +55,7 @@ class Informer:
         transform: Callable[[Obj], Obj] = slim,
         resync_seconds: float | None = None,
         watch_timeout_seconds: int = 300,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.rest = rest
         self.resource = resource
@@ -65,11 +70,16 @@ class Informer:
         self.watch_timeout_seconds = watch_timeout_seconds
         self.store: dict[str, Obj] = {}
         self.handlers: list[Handler] = []
+        self.relist_handlers: list[RelistHandler] = []
+        self.clock = clock
         self.synced = asyncio.Event()
         self.resource_version = ""
 
     def add_handler(self, handler: Handler) -> None:
         self.handlers.append(handler)
+
+    def add_relist_handler(self, handler: RelistHandler) -> None:
+        self.relist_handlers.append(handler)
 
     def get(self, key: str) -> Obj | None:
         return self.store.get(key)
@@ -83,9 +93,11 @@ class Informer:
 
     async def relist(self) -> None:
         """List everything and reconcile the store with it, emitting the differences."""
+        started = self.clock.monotonic()
         path = self.resource.path(self.namespace)
-        items, rv = await self.rest.list_pages(path, self.params)
-        fresh = {object_key(o): self.transform(o) for o in items}
+        items, rv = await self.rest.list_pages(path, self.params, each=self.transform)
+        fresh = {object_key(o): o for o in items}
+        del items
         for key, obj in fresh.items():
             old = self.store.get(key)
             if old is None:
@@ -98,6 +110,8 @@ class Informer:
             self._emit("DELETED", self.store.pop(key), None)
         self.resource_version = rv
         self.synced.set()
+        for h in self.relist_handlers:
+            h(started)
 
     def _apply(self, event: dict[str, Any]) -> None:
         kind = event["type"]
@@ -125,6 +139,18 @@ class Informer:
                 self._emit("SYNC", obj, obj)
 
     async def run(self) -> None:
+        """Keep the view current, and replay it every `resync_seconds` if set."""
+        if not self.resync_seconds:
+            await self._list_and_watch()
+            return
+        await tasks.run_guarded(
+            {
+                f"{self.resource.plural} watch": self._list_and_watch(),
+                f"{self.resource.plural} resync": self._resync_loop(),
+            }
+        )
+
+    async def _list_and_watch(self) -> None:
         """List, then watch forever; relist on 410 Gone, back off on every other failure.
 
         Never ends but by cancellation: an API outage, a restart of the API server, an error
@@ -132,45 +158,39 @@ class Informer:
         a relist, as the store may be half-updated), so the view catches up within
         `BACKOFF_MAX` of the API's return.
         """
-        resync = asyncio.create_task(self._resync_loop()) if self.resync_seconds else None
         failures = 0
         need_list = True
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                try:
-                    if need_list:
-                        await self.relist()
-                        need_list = False
-                        failures = 0
-                    path = self.resource.path(self.namespace)
-                    started, events = loop.time(), 0
-                    async for event in self.rest.watch(
-                        path, self.resource_version, self.params, self.watch_timeout_seconds
-                    ):
-                        self._apply(event)
-                        events += 1
-                        failures = 0
-                    if events or loop.time() - started >= MIN_QUIET_WATCH:
-                        continue  # the server's watch timeout: resume at once
-                    self._warn("watch ended at once", "no events")
-                except ApiError as e:
-                    if e.gone:
-                        need_list = True
-                        continue
-                    self._warn("watch failed", str(e))
-                except (OSError, TimeoutError, ValueError, aiohttp.ClientError) as e:
-                    self._warn("watch broke", f"{type(e).__name__}: {e}")
-                except Exception:
-                    log.exception(
-                        "informer failed; relisting", extra={"resource": self.resource.plural}
-                    )
+        while True:
+            try:
+                if need_list:
+                    await self.relist()
+                    need_list = False
+                    failures = 0
+                path = self.resource.path(self.namespace)
+                started, events = self.clock.monotonic(), 0
+                async for event in self.rest.watch(
+                    path, self.resource_version, self.params, self.watch_timeout_seconds
+                ):
+                    self._apply(event)
+                    events += 1
+                    failures = 0
+                if events or self.clock.monotonic() - started >= MIN_QUIET_WATCH:
+                    continue  # the server's watch timeout: resume at once
+                self._warn("watch ended at once", "no events")
+            except ApiError as e:
+                if e.gone:
                     need_list = True
-                await asyncio.sleep(backoff_delay(failures, random.random()))
-                failures += 1
-        finally:
-            if resync:
-                resync.cancel()
+                    continue
+                self._warn("watch failed", str(e))
+            except (OSError, TimeoutError, ValueError, aiohttp.ClientError) as e:
+                self._warn("watch broke", f"{type(e).__name__}: {e}")
+            except Exception:
+                log.exception(
+                    "informer failed; relisting", extra={"resource": self.resource.plural}
+                )
+                need_list = True
+            await asyncio.sleep(backoff_delay(failures, random.random()))
+            failures += 1
 
     def _warn(self, what: str, error: str) -> None:
         log.warning(what, extra={"resource": self.resource.plural, "error": error})

@@ -13,14 +13,20 @@ deadline costs nothing; a 60 s one loses the lease (the process exits and is res
 fresh), and the first candidate to reach the API afterwards leads.
 
 A lease's age is measured from when THIS process saw its record change, on this process's
-monotonic clock (client-go's `observedTime`), never by comparing the holder's `renewTime`
-with the local wall clock: machines' clocks disagree and wall clocks jump. The one exception
-is a record holding this process's own identity that this process did not write, i.e. one
-written by an earlier run of the same identity (a restart in place: the same pod, or the
-same host in local mode). The same machine's clock wrote that `renewTime`, so its age on the
-local wall clock may shorten the wait; it never lengthens it beyond `lease_duration`. A
-restart after an outage therefore leads as soon as the API is back, while a restart right
-after a crash still waits until the crashed run's writes in flight can no longer land.
+monotonic clock (client-go's `observedTime`). The holder's `renewTime` is never compared
+with anything: another machine's wall clock may be hours off, and this machine's may jump.
+A holder that keeps renewing changes the record every retry period, so it is never taken
+over, whatever its `renewTime` says; a silent one is taken over a whole lease after this
+process first saw its last record.
+
+The one shortcut is a restart in place: a record holding this process's identity, written
+by an earlier run on the same machine since its last boot (the same pod, or the same host in
+local mode). Each write stamps the lease with the writer's boot id and monotonic time
+(`ANNOTATION_CLOCK`); on the same boot that is the clock this process reads, so the earlier
+run's last renewal is exactly as old as that clock says. A restart after an outage then
+leads as soon as the API is back, while a restart right after a crash still waits until the
+crashed run's last renewal is a lease old (its writes in flight can no longer land). A stamp
+from another boot or machine, or none, is worth nothing: the full lease from observation.
 
 Every write is an update carrying the resourceVersion it was decided from, so two candidates
 that read the same expired lease cannot both win. The decision itself is a pure function.
@@ -29,21 +35,20 @@ that read the same expired lease cannot both win. The decision itself is a pure 
 from __future__ import annotations
 
 import asyncio
-import datetime
 import enum
 import logging
 import math
 import random
-import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, Final, Protocol
 
 import aiohttp
 
 from pilotfish.kube.rest import LEASES, ApiError, Rest
-from pilotfish.timeutil import parse_time_or_none, utcnow
+from pilotfish.timeutil import SYSTEM_CLOCK, Clock, format_micro_time
 
 log = logging.getLogger("pilotfish.leader")
 
@@ -54,6 +59,10 @@ RETRY_PERIOD = 2.0
 # restarted together do not all write at once. client-go uses 1.2; 0.5 keeps a returning
 # API's first successful attempt within 3 s.
 JITTER = 0.5
+
+# "<boot id> <monotonic seconds>" of the write that produced the lease's current record.
+ANNOTATION_CLOCK: Final = "pilotfish.io/lease-clock"
+BOOT_ID_FILE: Final = Path("/proc/sys/kernel/random/boot_id")
 
 # What an attempt may fail with while the API is away, restarting or overloaded; all retried.
 TRANSIENT: tuple[type[Exception], ...] = (
@@ -132,9 +141,34 @@ def decide(record: LeaseRecord | None, identity: str, *, ours: bool, silent_for:
     return Verdict.TAKE_OVER if silent_for >= record.duration_seconds else Verdict.WAIT
 
 
-def micro_time(t: datetime.datetime) -> str:
-    """metav1.MicroTime's wire form, so a record read back compares equal to the one sent."""
-    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def boot_id() -> str:
+    """This machine's boot id: monotonic times are comparable between processes exactly
+    when they share it (CLOCK_MONOTONIC counts from boot). "" when unknown: no shortcut."""
+    try:
+        return BOOT_ID_FILE.read_text().strip()
+    except OSError:
+        return ""
+
+
+def clock_stamp(boot: str, monotonic: float) -> str:
+    return f"{boot} {monotonic:.6f}"
+
+
+def stamp_age(obj: Mapping[str, Any], boot: str, monotonic: float) -> float | None:
+    """Seconds since the write that stamped `obj`, if it was stamped on this boot; else None
+    (another machine, an earlier boot, no stamp or a malformed one)."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(ANNOTATION_CLOCK) if isinstance(annotations, Mapping) else None
+    if not boot or not isinstance(value, str):
+        return None
+    stamped_boot, _, seconds = value.partition(" ")
+    if stamped_boot != boot:
+        return None
+    try:
+        written = float(seconds)
+    except ValueError:
+        return None
+    return monotonic - written if math.isfinite(written) else None
 
 
 class LeaseStore(Protocol):
@@ -142,9 +176,13 @@ class LeaseStore(Protocol):
 
     async def get(self) -> dict[str, Any] | None: ...
 
-    async def create(self, spec: dict[str, Any]) -> dict[str, Any]: ...
+    async def create(
+        self, spec: dict[str, Any], annotations: Mapping[str, str]
+    ) -> dict[str, Any]: ...
 
-    async def replace(self, spec: dict[str, Any], resource_version: str) -> dict[str, Any]: ...
+    async def replace(
+        self, spec: dict[str, Any], annotations: Mapping[str, str], resource_version: str
+    ) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -153,8 +191,14 @@ class RestLeaseStore:
     namespace: str
     name: str
 
-    def _body(self, spec: dict[str, Any], resource_version: str | None) -> dict[str, Any]:
-        meta: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+    def _body(
+        self, spec: dict[str, Any], annotations: Mapping[str, str], resource_version: str | None
+    ) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "name": self.name,
+            "namespace": self.namespace,
+            "annotations": dict(annotations),
+        }
         if resource_version:
             meta["resourceVersion"] = resource_version
         return {
@@ -172,12 +216,17 @@ class RestLeaseStore:
                 return None
             raise
 
-    async def create(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return await self.rest.create(LEASES.path(self.namespace), self._body(spec, None))
+    async def create(self, spec: dict[str, Any], annotations: Mapping[str, str]) -> dict[str, Any]:
+        return await self.rest.create(
+            LEASES.path(self.namespace), self._body(spec, annotations, None)
+        )
 
-    async def replace(self, spec: dict[str, Any], resource_version: str) -> dict[str, Any]:
+    async def replace(
+        self, spec: dict[str, Any], annotations: Mapping[str, str], resource_version: str
+    ) -> dict[str, Any]:
         return await self.rest.replace(
-            LEASES.path(self.namespace, self.name), self._body(spec, resource_version)
+            LEASES.path(self.namespace, self.name),
+            self._body(spec, annotations, resource_version),
         )
 
 
@@ -188,10 +237,11 @@ class LeaderElector:
     lease_duration: float = LEASE_DURATION
     renew_deadline: float = RENEW_DEADLINE
     retry_period: float = RETRY_PERIOD
-    clock: Callable[[], float] = time.monotonic
-    wall: Callable[[], datetime.datetime] = utcnow
+    clock: Clock = SYSTEM_CLOCK
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     jitter: Callable[[], float] = random.random
+    # This machine's boot id, for the restart-in-place shortcut; "" disables it.
+    boot: str = field(default_factory=boot_id)
     _observed: LeaseRecord | None = field(default=None, init=False)
     _observed_at: float = field(default=0.0, init=False)
     # Records this process sent or got back from a write: a record it finds that is one of
@@ -219,19 +269,19 @@ class LeaderElector:
         if record != self._observed:
             self._observed, self._observed_at = record, now
 
-    def _silent_for(self, record: LeaseRecord, now: float) -> float:
+    def _silent_for(self, record: LeaseRecord, obj: Mapping[str, Any], now: float) -> float:
+        """How long the record has gone unchanged: since this process first saw it, or, for
+        a record of this identity stamped on this boot, since it was written (never less)."""
         observed = now - self._observed_at
         if record.holder != self.identity:
             return observed
-        renewed = parse_time_or_none(record.renew_time)
-        if renewed is None:
-            return observed
-        return max(observed, (self.wall() - renewed).total_seconds())
+        written = stamp_age(obj, self.boot, now)
+        return observed if written is None else max(observed, written)
 
     async def try_acquire_or_renew(self) -> Outcome:
         """One round: read, decide, write conditionally."""
         obj = await self.store.get()
-        now = self.clock()
+        now = self.clock.monotonic()
         if obj is None:
             return await self._write(None, None)
         record = record_of(obj)
@@ -240,7 +290,7 @@ class LeaderElector:
             record,
             self.identity,
             ours=record in self._ours,
-            silent_for=self._silent_for(record, now),
+            silent_for=self._silent_for(record, obj, now),
         )
         if verdict is Verdict.WAIT:
             return Outcome.HELD_ELSEWHERE
@@ -248,7 +298,8 @@ class LeaderElector:
         return await self._write(record, rv)
 
     async def _write(self, old: LeaseRecord | None, resource_version: str | None) -> Outcome:
-        stamp = micro_time(self.wall())
+        stamp = format_micro_time(self.clock.now())
+        annotations = {ANNOTATION_CLOCK: clock_stamp(self.boot, self.clock.monotonic())}
         same_holder = old is not None and old.holder == self.identity
         new = LeaseRecord(
             holder=self.identity,
@@ -260,16 +311,16 @@ class LeaderElector:
         self._ours.append(new)
         try:
             if old is None or resource_version is None:
-                written = await self.store.create(new.spec())
+                written = await self.store.create(new.spec(), annotations)
             else:
-                written = await self.store.replace(new.spec(), resource_version)
+                written = await self.store.replace(new.spec(), annotations, resource_version)
         except ApiError as e:
             if e.conflict:
                 return Outcome.LOST_RACE
             raise
         back = record_of(written)
         self._ours.append(back)
-        self._observe(back, self.clock())
+        self._observe(back, self.clock.monotonic())
         if old is None or old not in self._ours:
             log.info(
                 "acquired leadership",
@@ -289,7 +340,7 @@ class LeaderElector:
     async def acquire(self) -> None:
         """Block until this process leads, retrying through any API error."""
         while True:
-            started = self.clock()
+            started = self.clock.monotonic()
             if await self._attempt(self.renew_deadline) is Outcome.LEADING:
                 self._renewed_at = started
                 return
@@ -312,10 +363,10 @@ class LeaderElector:
             await self.sleep(self.retry_period)
             deadline = self._renewed_at + self.retry_period + self.renew_deadline
             while True:
-                remaining = deadline - self.clock()
+                remaining = deadline - self.clock.monotonic()
                 if remaining <= 0:
                     return self._lost(f"no renewal succeeded for {self.renew_deadline:g}s")
-                started = self.clock()
+                started = self.clock.monotonic()
                 outcome = await self._attempt(remaining)
                 if outcome is Outcome.LEADING:
                     self._renewed_at = started
@@ -323,7 +374,9 @@ class LeaderElector:
                 if outcome is Outcome.HELD_ELSEWHERE:
                     holder = self._observed.holder if self._observed else "?"
                     return self._lost(f"the lease is now held by {holder}")
-                await self.sleep(max(0.0, min(self.retry_period / 4, deadline - self.clock())))
+                await self.sleep(
+                    max(0.0, min(self.retry_period / 4, deadline - self.clock.monotonic()))
+                )
 
     def _lost(self, why: str) -> str:
         log.error("lost leadership", extra={"identity": self.identity, "reason": why})

@@ -1,23 +1,30 @@
-"""A de-duplicating work queue with the semantics of client-go's workqueue, for asyncio.
+"""The work queue every controller runs on: client-go's workqueue semantics, for asyncio.
 
 - A key waits in the queue at most once, however often it is added (deduplication).
 - A key is never handed to two workers at once; added again while being processed, it is
   processed again after `done` (so no change is lost and no two workers race on one key).
 - `add_after` schedules a wake-up (`deadline - now`, never a polling loop); the earliest
   pending wake-up per key wins.
-- `add_rate_limited` backs a failing key off exponentially; `forget` resets it on success.
+- The reconciler returns a `Result` and the queue alone decides what follows (client-go's
+  `processNextWorkItem`): DONE and `requeue_after` forget the key's failures; RETRY and an
+  exception back it off through `ControllerRateLimiter`. A controller never keeps a retry
+  policy of its own, so one process has one.
 
-Plus a token-bucket `RateLimiter`, because no Python Kubernetes client limits its own rate.
+Plus a token-bucket `RateLimiter` for API writes, because no Python Kubernetes client limits
+its own rate.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Generic, TypeVar
+from dataclasses import dataclass
+from typing import Final, Generic, TypeVar
+
+from pilotfish import metrics
+from pilotfish.timeutil import SYSTEM_CLOCK, Clock
 
 K = TypeVar("K", bound=Hashable)
 log = logging.getLogger("pilotfish.workqueue")
@@ -27,23 +34,94 @@ class ShutDown(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class Result:
+    """What a reconcile asks of the queue: nothing more (DONE), a visit after `after`
+    seconds (a wait that is not a failure: a deadline, a cache catching up), or a retry with
+    backoff (`retry`: a conflict, a refusal that may pass later)."""
+
+    after: float | None = None
+    retry: bool = False
+    why: str = ""
+
+
+DONE: Final = Result()
+RETRY: Final = Result(retry=True, why="retry")
+
+
+def requeue_after(seconds: float, why: str = "") -> Result:
+    return Result(after=max(0.0, seconds), why=why)
+
+
+def retry(why: str) -> Result:
+    return Result(retry=True, why=why)
+
+
+Reconcile = Callable[[K], Awaitable[Result]]
+
+# client-go's DefaultControllerRateLimiter: per item 5 ms doubling to 1000 s, and the whole
+# queue at most 10 retries a second after a burst of 100.
+BACKOFF_BASE: Final = 0.005
+BACKOFF_MAX: Final = 1000.0
+BUCKET_RATE: Final = 10.0
+BUCKET_BURST: Final = 100
+
+
+class ControllerRateLimiter(Generic[K]):
+    """The later of a per-key exponential backoff and a global token bucket's next slot: one
+    failing key backs off alone, while many failing keys together (an API outage) cannot
+    retry faster than the bucket allows."""
+
+    def __init__(
+        self,
+        clock: Clock = SYSTEM_CLOCK,
+        *,
+        base: float = BACKOFF_BASE,
+        cap: float = BACKOFF_MAX,
+        rate: float = BUCKET_RATE,
+        burst: int = BUCKET_BURST,
+    ) -> None:
+        self.clock = clock
+        self.base, self.cap, self.rate, self.burst = base, cap, rate, burst
+        self._failures: dict[K, int] = {}
+        self._tokens = float(burst)
+        self._last = clock.monotonic()
+
+    def when(self, key: K) -> float:
+        """The delay before `key`'s next try, counting this failure."""
+        n = self._failures.get(key, 0)
+        self._failures[key] = n + 1
+        item = float(min(self.cap, self.base * 2 ** min(n, 64)))
+        return max(item, self._reserve())
+
+    def _reserve(self) -> float:
+        now = self.clock.monotonic()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate)
+        self._last = now
+        self._tokens -= 1.0
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+
+    def forget(self, key: K) -> None:
+        self._failures.pop(key, None)
+
+    def failures(self, key: K) -> int:
+        return self._failures.get(key, 0)
+
+
 class WorkQueue(Generic[K]):
     def __init__(
         self,
         name: str,
         *,
-        base_backoff: float = 0.05,
-        max_backoff: float = 60.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
+        limiter: ControllerRateLimiter[K] | None = None,
     ) -> None:
         self.name = name
-        self.base_backoff = base_backoff
-        self.max_backoff = max_backoff
         self.clock = clock
+        self.limiter: ControllerRateLimiter[K] = limiter or ControllerRateLimiter(clock)
         self._queue: deque[K] = deque()
         self._dirty: set[K] = set()
         self._processing: set[K] = set()
-        self._failures: dict[K, int] = {}
         self._timers: dict[K, tuple[float, asyncio.TimerHandle]] = {}
         self._wake = asyncio.Event()
         self._shutdown = False
@@ -56,6 +134,11 @@ class WorkQueue(Generic[K]):
     def in_flight(self) -> int:
         return len(self._processing)
 
+    def scheduled(self, key: K) -> float | None:
+        """Seconds until `key`'s pending wake-up, if one is scheduled."""
+        timer = self._timers.get(key)
+        return None if timer is None else max(0.0, timer[0] - self.clock.monotonic())
+
     def add(self, key: K) -> None:
         if self._shutdown or key in self._dirty:
             return
@@ -63,12 +146,13 @@ class WorkQueue(Generic[K]):
         if key not in self._processing:
             self._queue.append(key)
             self._wake.set()
+            metrics.OPERATOR_QUEUE_DEPTH.labels(self.name).set(len(self._queue))
 
     def add_after(self, key: K, delay: float) -> None:
         if delay <= 0:
             self.add(key)
             return
-        due = self.clock() + delay
+        due = self.clock.monotonic() + delay
         current = self._timers.get(key)
         if current is not None:
             if current[0] <= due:
@@ -81,22 +165,8 @@ class WorkQueue(Generic[K]):
         self._timers.pop(key, None)
         self.add(key)
 
-    def backoff(self, key: K) -> float:
-        """The delay the next `add_rate_limited(key)` will use."""
-        n = self._failures.get(key, 0)
-        return float(min(self.max_backoff, self.base_backoff * (2**n)))
-
-    def add_rate_limited(self, key: K) -> float:
-        delay = self.backoff(key)
-        self._failures[key] = self._failures.get(key, 0) + 1
-        self.add_after(key, delay)
-        return delay
-
-    def forget(self, key: K) -> None:
-        self._failures.pop(key, None)
-
     def failures(self, key: K) -> int:
-        return self._failures.get(key, 0)
+        return self.limiter.failures(key)
 
     async def get(self) -> K:
         while not self._queue:
@@ -107,6 +177,7 @@ class WorkQueue(Generic[K]):
         key = self._queue.popleft()
         self._dirty.discard(key)
         self._processing.add(key)
+        metrics.OPERATOR_QUEUE_DEPTH.labels(self.name).set(len(self._queue))
         return key
 
     def done(self, key: K) -> None:
@@ -122,33 +193,47 @@ class WorkQueue(Generic[K]):
         self._timers.clear()
         self._wake.set()
 
-    async def run(self, workers: int, handle: Callable[[K], Awaitable[None]]) -> None:
-        """Process keys with `workers` concurrent workers until shut down.
+    def settle(self, key: K, result: Result) -> float | None:
+        """Apply a reconcile's result; returns the delay scheduled, if any."""
+        if result.retry:
+            metrics.OPERATOR_RETRIES.labels(self.name).inc()
+            delay = self.limiter.when(key)
+            self.add_after(key, delay)
+            return delay
+        self.limiter.forget(key)
+        if result.after is not None:
+            self.add_after(key, result.after)
+        return result.after
 
-        A handler that raises is logged and its key re-queued with backoff; one that returns
-        normally resets the key's backoff. Handlers schedule their own later wake-ups.
-        """
+    async def process_one(self, reconcile: Reconcile[K]) -> K:
+        """Take one key, reconcile it and settle the result (a worker's one step)."""
+        key = await self.get()
+        try:
+            result = await reconcile(key)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            metrics.OPERATOR_RECONCILE_ERRORS.labels(self.name).inc()
+            delay = self.settle(key, RETRY)
+            log.exception(
+                "reconcile failed; requeued",
+                extra={"queue": self.name, "key": str(key), "retry_in": delay},
+            )
+        else:
+            self.settle(key, DONE if result is None else result)
+        finally:
+            self.done(key)
+        return key
+
+    async def run(self, workers: int, reconcile: Reconcile[K]) -> None:
+        """Process keys with `workers` concurrent workers until shut down."""
 
         async def worker() -> None:
             while True:
                 try:
-                    key = await self.get()
+                    await self.process_one(reconcile)
                 except ShutDown:
                     return
-                try:
-                    await handle(key)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    delay = self.add_rate_limited(key)
-                    log.exception(
-                        "handler failed; requeued",
-                        extra={"queue": self.name, "key": str(key), "retry_in": delay},
-                    )
-                else:
-                    self.forget(key)
-                finally:
-                    self.done(key)
 
         await asyncio.gather(*(worker() for _ in range(workers)))
 
@@ -156,20 +241,18 @@ class WorkQueue(Generic[K]):
 class RateLimiter:
     """Token bucket: at most `rate` acquisitions per second on average, bursts up to `burst`."""
 
-    def __init__(
-        self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, rate: float, burst: int, clock: Clock = SYSTEM_CLOCK) -> None:
         if rate <= 0 or burst < 1:
             raise ValueError("rate must be > 0 and burst >= 1")
         self.rate = rate
         self.burst = burst
         self.clock = clock
         self._tokens = float(burst)
-        self._last = clock()
+        self._last = clock.monotonic()
         self._lock = asyncio.Lock()
 
     def _refill(self) -> None:
-        now = self.clock()
+        now = self.clock.monotonic()
         self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
         self._last = now
 

@@ -1,0 +1,1 @@
+"""Measuring helpers shared by benchmarks; not benchmarks themselves."""

@@ -1,0 +1,48 @@
+"""What every controller of a process shares, built once and handed to each (kueue's
+`SetupControllers`): the API client, the informer factory, the Event poster, the clock and
+who this process is. A controller takes a `Runtime` in its constructor, requests its
+informers there, and runs; it never builds plumbing of its own, so one process has one
+watch per view, one retry policy, one Event writer and one notion of time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pilotfish.kube.events import EventPoster
+from pilotfish.kube.factory import InformerFactory
+from pilotfish.kube.rest import Rest
+from pilotfish.timeutil import SYSTEM_CLOCK, Clock
+
+
+@dataclass
+class Runtime:
+    rest: Rest
+    factory: InformerFactory
+    events: EventPoster
+    clock: Clock = SYSTEM_CLOCK
+    identity: str = "pilotfish-operator"
+    audit_log: Path | None = None
+    # Shared state some controllers build and others read (e.g. the quota ledger), by name.
+    shared: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        rest: Rest,
+        *,
+        identity: str = "pilotfish-operator",
+        audit_log: Path | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        resync_seconds: float | None = 300.0,
+    ) -> Runtime:
+        return cls(
+            rest=rest,
+            factory=InformerFactory(rest, clock, resync_seconds),
+            events=EventPoster(rest, identity, clock),
+            clock=clock,
+            identity=identity,
+            audit_log=audit_log,
+        )

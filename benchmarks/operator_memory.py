@@ -23,10 +23,9 @@ restarted under its supervisor for each phase:
    for a team with batch limits (every admission reserves in its TeamQuota), half for a team
    whose batch band is unlimited (the webhooks alone);
 3. the operator that watched them arrive, then a fresh one that lists them all;
-4. kopf's part: the operator without kopf if its CLI has a flag for that; kopf alone
-   (`--controllers=`: no hot-path controller, only the views kopf's handlers read); and what
-   importing kopf adds to a fresh interpreter. Without the flag kopf's running cost is
-   reported as not isolated.
+4. the floor: the operator with no controller (`--controllers=`); and what importing kopf
+   would add to a fresh interpreter (the operator has no kopf part; None when kopf is not
+   installed) and whether any kopf watch shows up in the audit log (it must not).
 
 Synced means, from the API server's side: every (resource, selector) the process listed has a
 watch opened after its last list (the audit log, which logs the operator's lists and watches),
@@ -45,7 +44,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -79,7 +77,6 @@ BIG: Final = {"cpu": "100000", "memory": "100000Gi", "pods": 1_000_000}
 NS_PREFIX: Final = "bench-mem-"
 PODS_PER_NAMESPACE: Final = 3000
 GATE: Final = "gates.pilotfish.io/bench-hold"
-NO_KOPF_FLAG = re.compile(r"--(?:no|without|disable)-kopf\b")
 
 
 def plain_pod(name: str, node: str | None, labels: dict[str, str]) -> dict[str, Any]:
@@ -226,18 +223,6 @@ def kopf_import_mb() -> float | None:
     return round(rss[1] - rss[0], 1)
 
 
-def no_kopf_flag() -> str | None:
-    """The operator's flag for running without kopf, if its CLI has one."""
-    out = subprocess.run(
-        [sys.executable, "-m", "pilotfish.cli.main", "operator", "--help"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
-    found = NO_KOPF_FLAG.search(out)
-    return found.group(0) if found else None
-
-
 async def run(b: Bench, args: argparse.Namespace, out: dict[str, Any]) -> None:
     """The phases, each one's figures added to `out` as soon as measured (a later failure
     keeps them)."""
@@ -265,11 +250,7 @@ async def phases(b: Bench, args: argparse.Namespace, out: dict[str, Any]) -> Non
     out["after_watching"] = await measure_synced(b, op, total, args.timeout)
     log("after: a fresh operator listing every pod")
     out["after_fresh_start"] = await phase(b, (), total, args.timeout)
-    flag = no_kopf_flag()
-    if flag:
-        log(f"kopf: the operator with {flag}")
-        out["without_kopf"] = await phase(b, (flag,), total, args.timeout)
-    log("kopf: no hot-path controller (--controllers=)")
+    log("the floor: no controller (--controllers=)")
     out["no_hot_path_controllers"] = await phase(
         b, ("--controllers=",), 0, args.timeout, lists=False
     )
@@ -279,22 +260,12 @@ def summary(raw: dict[str, Any]) -> dict[str, Any]:
     idle, fresh = raw["idle"], raw["after_fresh_start"]
     after = max(fresh["vmrss_mb"], raw["after_watching"]["vmrss_mb"])
     kopf: dict[str, Any] = {
+        # The operator has no kopf part (docs/ARCHITECTURE.md section 3): what it would add.
         "watches_in_full_operator": sum(
             w["watches"] for w in fresh["watches"] if w["client"] == "kopf"
         ),
         "import_mb": raw.get("kopf_import_mb"),
-        "no_hot_path_controllers_vmrss_mb": raw["no_hot_path_controllers"]["vmrss_mb"],
     }
-    if "without_kopf" in raw:
-        kopf["cost_mb"] = round(fresh["vmrss_mb"] - raw["without_kopf"]["vmrss_mb"], 1)
-    else:
-        kopf["cost_mb"] = None
-        kopf["note"] = (
-            "the operator has no flag to run without kopf, so kopf's running cost is not "
-            "isolated: import_mb is what importing kopf adds (None: not installed); "
-            "no_hot_path_controllers_vmrss_mb is the operator with kopf and the views its "
-            "handlers read, and no hot-path controller"
-        )
     full = (idle, raw["after_watching"], fresh)
     most = max(p["most_watches_per_resource_and_selector"] for p in full)
     return {
@@ -310,6 +281,7 @@ def summary(raw: dict[str, Any]) -> dict[str, Any]:
         else None,
         "most_watches_per_resource_and_selector": most,
         "views_with_several_watches": fresh["views_with_several_watches"],
+        "no_controllers_vmrss_mb": raw["no_hot_path_controllers"]["vmrss_mb"],
         "kopf": kopf,
         "met": {
             "rss": after <= TARGETS["rss_mb_max"],

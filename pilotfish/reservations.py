@@ -7,11 +7,15 @@ wrote the TeamQuota in between, which is what makes every spend see every earlie
 (`pilotfish.ledger` says why the release writes too). On a 409 the TeamQuota is read again
 and the decision made again, from the fresher ledger.
 
-Spends against one TeamQuota are written one at a time by a process, each from the object
-the previous write returned while the informer has not shown it yet (`OwnWrites` decides
-when the informer is fresh again): concurrent admissions then queue here instead of all but
-one losing a resourceVersion race at the API server. Conflicts remain possible between
-processes (webhook replicas, the gate controller, the quota controller settling).
+Spends against one TeamQuota are group-committed by a process: while one write is in flight
+the spends that arrive queue, and the next write decides them one after another against
+the ledger (each seeing the ones accepted before it) and carries all that fit in one
+conditional update, each from the object the previous write returned while the informer
+has not shown it yet (`OwnWrites` decides when the informer is fresh again). Concurrent
+admissions then cost one round trip per batch instead of one each, and none loses a
+resourceVersion race inside the process. Conflicts remain possible between processes
+(webhook replicas, the gate controller, the quota controller settling): the whole batch is
+decided again from the fresher copy.
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ class Reserver:
         # the informer has not shown that version: the body the next decision starts from.
         self._pending: dict[str, Obj] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._waiting: dict[str, list[_Spend]] = {}
 
     def ledgers(self) -> list[Ledger]:
         """Every TeamQuota as this process knows it, its own pending spends included: what
@@ -112,28 +117,38 @@ class Reserver:
         A refusal made from the cache is confirmed on the API server's current copy first:
         the cached one may still hold reservations the quota controller has since settled.
         """
-        lock = self._locks.setdefault(name, asyncio.Lock())
-        async with lock:
-            return await self._reserve(name, decide)
+        answer: asyncio.Future[Reserved | Refused] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(name, []).append((decide, answer))
+        async with self._locks.setdefault(name, asyncio.Lock()):
+            batch = self._waiting.pop(name, [])
+            if batch:  # else an earlier holder committed this spend with its own batch
+                try:
+                    await self._commit(name, batch)
+                except BaseException as e:
+                    for _, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(e)
+        return await answer
 
-    async def _reserve(self, name: str, decide: Decide) -> Reserved | Refused:
+    async def _commit(self, name: str, batch: list[_Spend]) -> None:
         tq = self.current(name)
         fresh = False
         for _ in range(self.attempts):
             if tq is None:
                 if fresh:
-                    return Refused(f"TeamQuota {name} was deleted; no quota grants this pod")
+                    refused = Refused(f"TeamQuota {name} was deleted; no quota grants this pod")
+                    _answer(batch, [refused] * len(batch))
+                    return
                 tq, fresh = await self._read(name), True
                 continue
-            outcome = decide(Ledger.of(tq))
-            if isinstance(outcome, str):
-                if fresh:
-                    return Refused(outcome)
-                tq, fresh = await self._read(name), True
+            verdicts, adds = _decide_all(tq, batch)
+            if not fresh and any(isinstance(v, Refused) for v in verdicts):
+                tq, fresh = await self._read(name), True  # refused from the cache: confirm
                 continue
-            if not outcome:
-                return Reserved(None)
-            body = Ledger.of(tq).with_reservations(outcome)
+            if not adds:
+                _answer(batch, [v or Reserved(None) for v in verdicts])
+                return
+            body = Ledger.of(tq).with_reservations(adds)
             try:
                 written = await self.rest.replace(TEAMQUOTAS.path(name=name, sub="status"), body)
             except ApiError as e:
@@ -146,11 +161,13 @@ class Reserver:
                 tq, fresh = await self._read(name), True
                 continue
             self._remember(name, written)
-            return Reserved(written)
+            _answer(batch, [v or Reserved(written) for v in verdicts])
+            return
         log.warning("quota reservation kept conflicting", extra={"quota": name})
-        return Refused(
+        busy = Refused(
             f"TeamQuota {name} is being updated by many admissions at once; retry the request"
         )
+        _answer(batch, [busy] * len(batch))
 
     async def _read(self, name: str) -> Obj | None:
         try:
@@ -173,6 +190,36 @@ class Reserver:
             return
         self._pending[name] = obj
         self.tracker.wrote(name, obj)
+
+
+_Spend = tuple[Decide, "asyncio.Future[Reserved | Refused]"]
+
+
+def _decide_all(
+    tq: Mapping[str, Any], batch: Sequence[_Spend]
+) -> tuple[list[Reserved | Refused | None], list[Reservation]]:
+    """Each spend of the batch decided in turn, against the ledger with the ones accepted
+    before it added: per spend a verdict (None: accepted, it holds what it adds once the
+    write lands), and everything added."""
+    verdicts: list[Reserved | Refused | None] = []
+    adds: list[Reservation] = []
+    for decide, _ in batch:
+        book = Ledger.of(Ledger.of(tq).with_reservations(adds)) if adds else Ledger.of(tq)
+        outcome = decide(book)
+        if isinstance(outcome, str):
+            verdicts.append(Refused(outcome))
+        elif not outcome:
+            verdicts.append(Reserved(None))
+        else:
+            verdicts.append(None)
+            adds.extend(outcome)
+    return verdicts, adds
+
+
+def _answer(batch: Sequence[_Spend], verdicts: Sequence[Reserved | Refused]) -> None:
+    for (_, fut), verdict in zip(batch, verdicts, strict=True):
+        if not fut.done():
+            fut.set_result(verdict)
 
 
 @dataclass(frozen=True)

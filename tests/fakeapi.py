@@ -405,6 +405,7 @@ class FakeApi(Rest):
                 self._before.remove(hook)
                 hook[2]()
                 break
+        await asyncio.sleep(0)  # the round trip: other tasks run while a request is out
         fault = self._fault(method, path)
         if fault is not None and not fault.commit_first:
             raise _injected(fault, f"injected {fault.status} for {path}")

@@ -230,13 +230,12 @@ def test_summary_judges_the_larger_after_and_any_doubled_view() -> None:
     assert s["per_pod_kb"] == round(250 * 1024 / 10_000, 2)
     assert s["met"] == {"rss": False, "one_watch_per_resource_and_selector": False}
     assert s["views_with_several_watches"] == doubled
-    assert s["kopf"]["cost_mb"] is None and "no flag" in s["kopf"]["note"]
+    assert s["kopf"] == {"watches_in_full_operator": 1, "import_mb": 19.0}
+    assert s["no_controllers_vmrss_mb"] == 120.0
     raw["after_watching"] = measured(240.0)
     raw["after_fresh_start"] = measured(250.0)
-    raw["without_kopf"] = measured(230.0)
     s = summary(raw)
     assert s["met"] == {"rss": True, "one_watch_per_resource_and_selector": True}
-    assert s["kopf"]["cost_mb"] == 20.0
 
 
 def test_summary_fails_a_process_with_no_watch_at_all() -> None:

@@ -28,6 +28,7 @@ from pilotfish.operators.serviceworkload.progress import (
 )
 from pilotfish.operators.serviceworkload.revisions import template_hash
 from pilotfish.timeutil import FakeClock
+from tests.fakeapi import wait_for
 from tests.rollout_harness import (
     SW,
     T0,
@@ -188,7 +189,7 @@ async def test_status_waits_on_the_watch_until_complete(
         | {"metadata": {"name": "web", "namespace": "ns", "generation": 2}},
     )
     waiting = asyncio.create_task(status_cmd(api, "ns", "web", 30, True))
-    await asyncio.sleep(0)
+    await wait_for("the command to watch", lambda: [c for c in api.calls if c.method == "WATCH"])
     assert not waiting.done()
     api.edit(
         SW,

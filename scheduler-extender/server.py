@@ -48,7 +48,8 @@ from aiohttp import web
 
 from pilotfish import httpserver, metrics, tasks
 from pilotfish.extender import decide, wire
-from pilotfish.extender.snapshot import Snapshot, SnapshotFeed
+from pilotfish.extender.feed import SnapshotFeed
+from pilotfish.extender.snapshot import Snapshot
 from pilotfish.httpserver import BadRequest
 from pilotfish.kube.client import api_client
 from pilotfish.kube.factory import InformerFactory

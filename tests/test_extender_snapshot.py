@@ -16,14 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pilotfish import names
-from pilotfish.extender.snapshot import (
-    POD_FIELD_SELECTOR,
-    Snapshot,
-    SnapshotFeed,
-    pod_info,
-    slim_node,
-    slim_pod,
-)
+from pilotfish.extender.feed import SnapshotFeed, slim_node, slim_pod
+from pilotfish.extender.snapshot import POD_FIELD_SELECTOR, Snapshot, pod_info
 from pilotfish.kube.factory import InformerFactory
 from pilotfish.kube.rest import NODES, PODS
 from tests.fakeapi import FakeApi

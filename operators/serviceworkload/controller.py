@@ -37,7 +37,13 @@ from pilotfish.kube.informer import Handler, Obj, object_key
 from pilotfish.kube.ownwrites import OwnWrites
 from pilotfish.kube.rest import PODS, SERVICEWORKLOADS
 from pilotfish.kube.runtime import Runtime
-from pilotfish.kube.workqueue import DONE, Result, WorkQueue, requeue_after
+from pilotfish.kube.workqueue import (
+    DONE,
+    ControllerRateLimiter,
+    Result,
+    WorkQueue,
+    requeue_after,
+)
 from pilotfish.operators.serviceworkload import pdb as pdbs
 from pilotfish.operators.serviceworkload import revisions as revs
 from pilotfish.operators.serviceworkload.apply import CONTROLLER, Executor, Trackers
@@ -47,6 +53,13 @@ from pilotfish.operators.serviceworkload.status import ReplicaFailure
 from pilotfish.workloads import LABEL_WORKLOAD
 
 log = logging.getLogger("pilotfish.serviceworkload")
+
+# The longest a refused key waits before it is tried again (the default is 1000 s). A refused
+# pod create is the common retry here, and nothing this controller watches announces that
+# its cause went away (the webhooks answering again, another team's quota freed), so the
+# queue's per-key backoff is capped at a minute: a workload recovers within a minute of
+# the cause, and a refusing admission still sees at most one create per workload a minute.
+RETRY_MAX_SECONDS: Final = 60.0
 
 REPORTING_CONTROLLER: Final = "pilotfish.io/serviceworkload"
 WORKERS: Final = 4
@@ -67,7 +80,11 @@ class ServiceWorkloadController:
         self.pods = factory.informer(PODS, projection=projections.pod)
         self.revisions = factory.informer(revs.CONTROLLER_REVISIONS, label_selector=LABEL_WORKLOAD)
         self.pdbs = factory.informer(pdbs.PDBS)
-        self.queue: WorkQueue[str] = WorkQueue(CONTROLLER, clock=rt.clock)
+        self.queue: WorkQueue[str] = WorkQueue(
+            CONTROLLER,
+            clock=rt.clock,
+            limiter=ControllerRateLimiter(rt.clock, cap=RETRY_MAX_SECONDS),
+        )
         trackers = {
             kind: OwnWrites(f"{CONTROLLER}-{kind}", rt.clock, on_settled=self.queue.add)
             for kind in ("workloads", "pods", "revisions", "pdbs")

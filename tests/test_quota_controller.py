@@ -15,7 +15,6 @@ from pilotfish import ledger, tasks
 from pilotfish.api.teamquota import SUMMARY_MAX_LENGTH, TeamQuotaStatus
 from pilotfish.kube.rest import NAMESPACES, PODS, TEAMQUOTAS
 from pilotfish.kube.runtime import Runtime
-from pilotfish.kube.workqueue import DONE
 from pilotfish.ledger import RESERVATION_TTL_SECONDS
 from pilotfish.operators.quota import QuotaController
 from pilotfish.operators.quota.decide import band_summary, decide, desired_status, next_expiry
@@ -252,7 +251,7 @@ async def running() -> AsyncIterator[Running]:
     api.put(TEAMQUOTAS.path(name="t"), tq())
     api.put(TEAMQUOTAS.path(name="u"), tq(team="u", name="u"))
     rt = Runtime.build(api, identity="quota-test", clock=clock, resync_seconds=None)
-    controller = QuotaController(rt, min_write_interval=0.0)  # coalescing: its own test
+    controller = QuotaController(rt)
     guarded = tasks.run_guarded({"informers": rt.factory.run(), "quota": controller.run()})
     task = asyncio.ensure_future(guarded)
     try:
@@ -347,32 +346,3 @@ async def test_a_quiet_team_costs_no_writes_and_an_unsettled_write_is_waited_for
     assert result.after is not None and not result.retry
     assert len(running.api.writes("teamquotas")) == before
     assert running.used_cpu() == "2"
-
-
-async def test_status_writes_of_one_teamquota_are_coalesced() -> None:
-    """A write per pod event would conflict with every admission racing for the TeamQuota:
-    after a write, the next waits out the interval (on the controller's clock)."""
-    api = FakeApi()
-    clock = FakeClock()
-    api.put(NAMESPACES.path(name="ns"), namespace("ns", "t"))
-    api.put(TEAMQUOTAS.path(name="t"), tq())
-    rt = Runtime.build(api, identity="quota-test", clock=clock, resync_seconds=None)
-    controller = QuotaController(rt, min_write_interval=0.5)
-    factory = asyncio.ensure_future(rt.factory.run())
-    try:
-        await rt.factory.wait_synced()
-        api.put(PODS.path("ns", "a"), pod("a", "1"))
-        await api.settle()
-        assert (await controller.reconcile("t")) == DONE
-        writes = len(api.writes("teamquotas"))
-        assert writes == 1
-        api.put(PODS.path("ns", "b"), pod("b", "1"))
-        await api.settle()
-        held = await controller.reconcile("t")
-        assert held.after == pytest.approx(0.5) and len(api.writes("teamquotas")) == writes
-        clock.advance(0.5)
-        assert (await controller.reconcile("t")) == DONE
-        assert len(api.writes("teamquotas")) == writes + 1
-    finally:
-        factory.cancel()
-        await asyncio.gather(factory, return_exceptions=True)

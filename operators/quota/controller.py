@@ -31,21 +31,14 @@ WORKERS: Final = 2
 # A write not yet seen: look again after this, in case the event that shows it is lost
 # (OwnWrites' own expiry bounds the wait).
 UNSETTLED_RECHECK: Final = 5.0
-# The least time between two status writes of one TeamQuota. Settling never changes what a
-# team holds (a reservation becomes `used`), so it can wait; a write per pod event would
-# conflict with every admission racing for the same TeamQuota (they write it too).
-MIN_WRITE_INTERVAL: Final = 0.5
 # Wake a little after a reservation runs out, never just before it.
 EXPIRY_SLACK: Final = 0.1
 
 
 class QuotaController:
-    def __init__(
-        self, rt: Runtime, workers: int = WORKERS, min_write_interval: float = MIN_WRITE_INTERVAL
-    ) -> None:
+    def __init__(self, rt: Runtime, workers: int = WORKERS) -> None:
         self.rt = rt
         self.workers = workers
-        self.min_write_interval = min_write_interval
         self.quotas = rt.factory.informer(TEAMQUOTAS)
         self.pods = rt.factory.informer(PODS, projection=projections.pod)
         self.namespaces = rt.factory.informer(NAMESPACES)
@@ -55,7 +48,6 @@ class QuotaController:
         self.charges = ChargeIndex()
         # TeamQuota name -> reservation uid -> monotonic time this controller first saw it.
         self.first_seen: dict[str, dict[str, float]] = {}
-        self.last_write: dict[str, float] = {}  # TeamQuota name -> monotonic time
         self.quotas.add_handler(self._on_quota)
         self.pods.add_handler(self._on_pod)
         self.namespaces.add_handler(self._on_namespace)
@@ -108,16 +100,10 @@ class QuotaController:
         tq = self.quotas.get(name)
         if tq is None:
             self.first_seen.pop(name, None)
-            self.last_write.pop(name, None)
             return DONE
         charges = list(self.charges.charges(self._namespaces_of(team_of_quota(tq))))
         ages = self._ages(name, tq)
         plan = decide(tq, charges, ages)
-        if plan is not None:
-            since = self.rt.clock.monotonic() - self.last_write.get(name, float("-inf"))
-            if since < self.min_write_interval:
-                return requeue_after(self.min_write_interval - since, "coalescing status writes")
-            self.last_write[name] = self.rt.clock.monotonic()
         result = DONE if plan is None else await apply(self.rt.rest, self.writes, tq, plan)
         wake = next_expiry(tq if plan is None else {"status": plan.status}, charges, ages)
         if result.retry or wake is None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from pilotfish import gates
+from pilotfish.conditions import CONDITION_MESSAGE_MAX
 from pilotfish.operators.gatepolicy.decide import (
     CONDITION_VALID,
     REASON_GATE_CONFLICT,
@@ -256,3 +257,23 @@ def test_a_new_generation_is_observed() -> None:
     assert plan is not None
     assert plan.status["observedGeneration"] == 4
     assert plan.status["conditions"][0]["observedGeneration"] == 4
+
+
+def test_a_tenant_s_long_conflicts_are_cut_to_the_condition_bound() -> None:
+    """The message quotes the tenant's terms (16 gates, 253-character signal names): its
+    length is the condition's bound, not the tenant's."""
+
+    def gates_with(signal: str) -> list[dict[str, Any]]:
+        return [
+            gate(f"gates.pilotfish.io/g{i}", condition={"type": "GateSignal", "signalName": signal})
+            for i in range(16)
+        ]
+
+    first = view("a", gate_policy_spec(gates=gates_with("x" * 253)))
+    mine = view("b", gate_policy_spec(gates=gates_with("y" * 253)))
+    assert len(validity(mine, [first]).message) > 4 * CONDITION_MESSAGE_MAX
+    plan = decide(mine, [first], 0, NOW)
+    assert plan is not None
+    [valid] = [c for c in plan.status["conditions"] if c["type"] == CONDITION_VALID]
+    assert valid["reason"] == REASON_GATE_CONFLICT
+    assert len(valid["message"]) == CONDITION_MESSAGE_MAX

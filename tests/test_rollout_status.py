@@ -11,6 +11,7 @@ import pytest
 
 from pilotfish import names
 from pilotfish.api.serviceworkload import AVAILABLE, PROGRESSING, STALLED
+from pilotfish.conditions import CONDITION_MESSAGE_MAX
 from pilotfish.kube import projections
 from pilotfish.operators.serviceworkload.decide import drain_patch
 from pilotfish.operators.serviceworkload.model import parse_time, pod_state
@@ -33,7 +34,6 @@ from pilotfish.operators.serviceworkload.rolling import (
     resolve_budget,
 )
 from pilotfish.operators.serviceworkload.status import (
-    CONDITION_MESSAGE_MAX,
     PODS_UNSCHEDULABLE,
     REASON_MIN_AVAILABLE,
     REASON_MIN_UNAVAILABLE,

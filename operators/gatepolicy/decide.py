@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from pilotfish.api.gatepolicy import VALID
+from pilotfish.conditions import set_condition
 from pilotfish.operators.gatepolicy.model import PolicyView
 from pilotfish.timeutil import format_time
 
@@ -94,21 +95,15 @@ def condition(
 ) -> dict[str, Any]:
     """The Valid condition, keeping its lastTransitionTime while its status is unchanged."""
     status = "True" if validity.valid else "False"
-    old = next(
-        (c for c in previous if isinstance(c, Mapping) and c.get("type") == CONDITION_VALID),
-        None,
+    return set_condition(
+        previous,
+        CONDITION_VALID,
+        status,
+        validity.reason,
+        validity.message,
+        generation,
+        format_time(now),
     )
-    since = old.get("lastTransitionTime") if old and old.get("status") == status else None
-    out: dict[str, Any] = {
-        "type": CONDITION_VALID,
-        "status": status,
-        "reason": validity.reason,
-        "message": validity.message,
-        "lastTransitionTime": since or format_time(now),
-    }
-    if generation is not None:
-        out["observedGeneration"] = generation
-    return out
 
 
 def desired(

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from pilotfish.api.serviceworkload import AVAILABLE, PROGRESSING, STALLED
+from pilotfish.conditions import set_condition
 from pilotfish.operators.serviceworkload.progress import (
     REASON_COMPLETE,
     REASON_DEADLINE_EXCEEDED,
@@ -56,8 +57,6 @@ REPLICA_FAILURE: Final = "ReplicaFailure"
 # extender's) own words, instead of leaving the pods silently Pending.
 PODS_UNSCHEDULABLE: Final = "PodsUnschedulable"
 REASON_UNSCHEDULABLE: Final = "Unschedulable"
-# As long as an Event's note may be (events.k8s.io/v1): enough for any denial a person reads.
-CONDITION_MESSAGE_MAX: Final = 1024
 # Reasons of the ReplicaFailure condition (and of Progressing while it is True).
 REASON_FAILED_CREATE: Final = "FailedCreate"
 REASON_QUOTA_EXCEEDED: Final = "QuotaExceeded"
@@ -103,36 +102,6 @@ def stable_revision(
         return previous
     counts = Counter(p.revision for p in pods if p.active)
     return counts.most_common(1)[0][0] if counts else update
-
-
-def set_condition(
-    conditions: Sequence[Mapping[str, Any]],
-    type_: str,
-    status: str,
-    reason: str,
-    message: str,
-    generation: int | None,
-    now: str,
-) -> Obj:
-    """One condition, keeping its lastTransitionTime when its status did not change.
-
-    The message is cut at `CONDITION_MESSAGE_MAX`: it quotes the API server's denials and
-    the scheduler's reasons, whose length the workload's owner does not bound.
-    """
-    if len(message) > CONDITION_MESSAGE_MAX:
-        message = message[: CONDITION_MESSAGE_MAX - 4] + " ..."
-    old = next((c for c in conditions if c.get("type") == type_), None)
-    since = old.get("lastTransitionTime") if old and old.get("status") == status else None
-    out: Obj = {
-        "type": type_,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": since or now,
-    }
-    if generation is not None:
-        out["observedGeneration"] = generation
-    return out
 
 
 def transition_time(conditions: Sequence[Mapping[str, Any]], type_: str, status: str) -> str | None:

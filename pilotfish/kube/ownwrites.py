@@ -18,7 +18,6 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from pilotfish import metrics
 from pilotfish.kube.informer import Informer, Obj, object_key
@@ -26,10 +25,9 @@ from pilotfish.timeutil import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger("pilotfish.ownwrites")
 
-DELETED = object()
 # How many of the latest events' (key, resourceVersion) a tracker remembers: more than a
 # write's round trip can see go by, even in a burst.
-RECENT_EVENTS = 8192  # the record of an expected delete
+RECENT_EVENTS = 8192
 
 
 @dataclass
@@ -106,7 +104,7 @@ class OwnWrites:
         if w is None:
             return
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-        if (kind == "DELETED") if w.rv is None else (rv == w.rv or kind == "DELETED"):
+        if kind == "DELETED" or (w.rv is not None and rv == w.rv):
             self._drop(key)
 
     def relisted(self, started: float) -> None:
@@ -153,10 +151,3 @@ class OwnWrites:
 
     def pending(self) -> int:
         return len(self._writes)
-
-    def expected(self, key: str) -> Any:
-        """The resourceVersion a pending write of `key` returned, DELETED, or None."""
-        w = self._writes.get(key)
-        if w is None:
-            return None
-        return DELETED if w.rv is None else w.rv

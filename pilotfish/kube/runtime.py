@@ -7,9 +7,8 @@ watch per view, one retry policy, one Event writer and one notion of time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pilotfish.kube.events import EventPoster
 from pilotfish.kube.factory import InformerFactory
@@ -25,8 +24,6 @@ class Runtime:
     clock: Clock = SYSTEM_CLOCK
     identity: str = "pilotfish-operator"
     audit_log: Path | None = None
-    # Shared state some controllers build and others read (e.g. the quota ledger), by name.
-    shared: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def build(

@@ -40,6 +40,12 @@ ANNOTATION_MANUAL_RELEASE: Final = "gates.pilotfish.io/manual-release"
 QUOTA_GATE: Final = "gates.pilotfish.io/quota-available"
 QUOTA_POLICY: Final = "(team quota)"
 
+# The gate the batch operator puts on the first `spec.gang` tasks of a BatchWorkload (with
+# LABEL_GANG set to the workload's name), and the name its record carries in place of a
+# GatePolicy's: the gang's size is the BatchWorkload's `spec.gang`, never the pod's word.
+GANG_GATE: Final = "gates.pilotfish.io/gang"
+GANG_POLICY: Final = "(batch gang)"
+
 # The pod condition that shows where a gated pod stands in the design's state machine.
 POD_CONDITION: Final = "gates.pilotfish.io/State"
 STATE_GATED: Final = "SchedulingGated"

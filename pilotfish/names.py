@@ -33,11 +33,21 @@ SA_OPERATOR: Final = "pilotfish-operator"
 SA_EXTENDER: Final = "pilotfish-extender"
 SA_WEBHOOKS: Final = "pilotfish-webhooks"
 SA_SCHEDULER: Final = "pilotfish-scheduler"
+# The batch operator's writes are made as this account (the operator impersonates it), so
+# API Priority and Fairness queues them in their own level, behind production's.
+SA_BATCH: Final = "pilotfish-batch"
 COMPONENT_ACCOUNTS: Final = {
     "operator": SA_OPERATOR,
     "extender": SA_EXTENDER,
     "webhooks": SA_WEBHOOKS,
 }
+
+
+
+def service_account_user(namespace: str, account: str) -> str:
+    """The user name the API server gives a ServiceAccount's requests."""
+    return f"system:serviceaccount:{namespace}:{account}"
+
 
 # Label on kwok-managed fake nodes; kwok only plays the kubelet for nodes carrying it.
 LABEL_FAKE_NODE: Final = "pilotfish.io/fake-node"

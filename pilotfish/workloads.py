@@ -1,4 +1,4 @@
-"""Keys shared by the ServiceWorkload controller, the endpoints controller and the drain path.
+"""Keys shared by the workload controllers, the endpoints controller and the drain path.
 
 A pod leaves a service in three steps so no request is sent to a stopping pod:
 1. its owner (rollout, scale-down, maintenance) marks it with ANNOTATION_DRAIN (the time);
@@ -18,6 +18,16 @@ from typing import Final
 # Labels on every pod of a ServiceWorkload.
 LABEL_WORKLOAD: Final = "pilotfish.io/workload"  # the ServiceWorkload's name
 LABEL_REVISION: Final = "pilotfish.io/revision"  # hash of the pod template (ControllerRevision)
+
+# Labels, annotation, env var and finalizer of a BatchWorkload's task pods.
+LABEL_BATCH: Final = "pilotfish.io/batchworkload"  # the BatchWorkload's name
+LABEL_TASK_INDEX: Final = "pilotfish.io/task-index"  # the task's index, 0 .. completions-1
+ANNOTATION_TASK_ATTEMPT: Final = "pilotfish.io/task-attempt"  # 0 for an index's first pod
+ENV_TASK_INDEX: Final = "PILOTFISH_TASK_INDEX"
+ENV_COMPLETION_INDEX: Final = "JOB_COMPLETION_INDEX"  # what indexed Jobs' programs read
+# Held on a task pod until its outcome is recorded in the BatchWorkload's status, so a pod
+# deleted by anyone else is never a lost result.
+FINALIZER_TASK: Final = "pilotfish.io/batch-tracking"
 
 ANNOTATION_DRAIN: Final = "pilotfish.io/drain-requested-at"
 ANNOTATION_DRAINED: Final = "pilotfish.io/drained-at"

@@ -259,6 +259,7 @@ class FakeApi(Rest):
         self._before: list[tuple[str, str, Callable[[], object]]] = []
         self._watch_ids = itertools.count()
         self._closed = 0  # bumped by close_watches: every open watch ends
+        self.impersonated: set[str] = set()  # users a client asked to act as
         self._notifying: set[asyncio.Future[None]] = set()
 
     # test-side helpers
@@ -384,6 +385,11 @@ class FakeApi(Rest):
                     self._faults.remove(f)
                 return f
         return None
+
+    def impersonating(self, user: str) -> Rest:
+        """The same store: the fake authorizes nothing, it only remembers who was asked for."""
+        self.impersonated.add(user)
+        return self
 
     async def request(
         self,

@@ -24,6 +24,15 @@ class Runtime:
     clock: Clock = SYSTEM_CLOCK
     identity: str = "pilotfish-operator"
     audit_log: Path | None = None
+    # Who the batch operator's writes are made as (`Rest.impersonating`); None: this process's
+    # own identity (unit tests, and a cluster installed without the batch account).
+    batch_user: str | None = None
+
+    @property
+    def batch_rest(self) -> Rest:
+        """The client the batch operator writes with: its own identity, so API Priority and
+        Fairness queues a 100,000-task job's writes in their own level."""
+        return self.rest.impersonating(self.batch_user) if self.batch_user else self.rest
 
     @classmethod
     def build(
@@ -34,6 +43,7 @@ class Runtime:
         audit_log: Path | None = None,
         clock: Clock = SYSTEM_CLOCK,
         resync_seconds: float | None = 300.0,
+        batch_user: str | None = None,
     ) -> Runtime:
         return cls(
             rest=rest,
@@ -42,4 +52,5 @@ class Runtime:
             clock=clock,
             identity=identity,
             audit_log=audit_log,
+            batch_user=batch_user,
         )

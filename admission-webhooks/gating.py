@@ -69,7 +69,8 @@ def plan(
     Gates the client already set are kept and not added twice. When two policies declare
     the same gate, the first by name wins and the pod's creator is warned, because only one
     set of terms can govern one gate. `extra` are gates Pilotfish itself puts on the pod
-    (the quota gate), with their terms.
+    (the quota gate, the batch gang gate), with their terms; they win over a GatePolicy
+    declaring the same name, whose creator is warned.
     """
     present = scheduling_gates(pod)
     records: dict[str, GateRecord] = dict(extra or {})
@@ -78,6 +79,13 @@ def plan(
     warnings: list[str] = []
     for policy in policies:
         for gate in policy.spec.gates:
+            own = (extra or {}).get(gate.name)
+            if own is not None:
+                warnings.append(
+                    f"gate {gate.name} is put on this pod by Pilotfish ({own.policy}); the "
+                    f"declaration of GatePolicy {policy.name} does not apply to it"
+                )
+                continue
             first = declared_by.get(gate.name)
             if first is not None:
                 warnings.append(

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Final
 
-from pilotfish.gates import is_pilotfish_gate, read_record, scheduling_gates
+from pilotfish.gates import (
+    GANG_GATE,
+    GANG_POLICY,
+    batch_gang_problem,
+    is_pilotfish_gate,
+    read_record,
+    scheduling_gates,
+)
 from pilotfish.names import GATE_PREFIX
 from pilotfish.webhooks.gateview import GateView, PolicyEntry, gate_prefix
 from pilotfish.webhooks.quantities import beyond_bounds
@@ -59,6 +66,8 @@ def undeclared_pilotfish_gates(pod: PodAdmission) -> list[str]:
     record = read_record(pod.pod)
     if record is not None and QUOTA_GATE in record.gates:
         declared.add(QUOTA_GATE)  # put there by the quota rule of the mutating webhook
+    if record is not None and _gang_entry_policy(pod) == GANG_POLICY:
+        declared.add(GANG_GATE)  # recorded by the mutating webhook; `batch_gang` judges it
     undeclared = [g for g in pod.gates if is_pilotfish_gate(g) and g not in declared]
     if not undeclared:
         return []
@@ -67,6 +76,27 @@ def undeclared_pilotfish_gates(pod: PodAdmission) -> list[str]:
         f"{_listing('gate', undeclared)} {verb} not declared by any GatePolicy in namespace "
         f"{pod.namespace} that selects this pod (only GatePolicies may set {GATE_PREFIX} gates)"
     ]
+
+
+def _gang_entry_policy(pod: PodAdmission) -> str | None:
+    record = read_record(pod.pod)
+    entry = record.gates.get(GANG_GATE) if record is not None else None
+    return None if entry is None else entry.policy
+
+
+def batch_gang(pod: PodAdmission) -> list[str]:
+    """The batch gang gate is only for a BatchWorkload's gang tasks (`batch_gang_problem`).
+
+    Judged again on the final pod, after every mutating webhook, since an owner reference or
+    label another webhook changed would leave the gate controller a gang it cannot size. A
+    GatePolicy may declare a gate of the same name for the pods it gates; that one is the
+    policy's, with the policy's terms, and is judged as every GatePolicy gate is.
+    """
+    entry_policy = _gang_entry_policy(pod)
+    if entry_policy is not None and entry_policy != GANG_POLICY:
+        return []
+    problem = batch_gang_problem(pod.pod)
+    return [problem] if problem else []
 
 
 def foreign_prefixes(pod: PodAdmission) -> list[str]:
@@ -95,6 +125,7 @@ def foreign_prefixes(pod: PodAdmission) -> list[str]:
 
 POD_CHECKS: Final[tuple[PodCheck, ...]] = (
     undeclared_pilotfish_gates,
+    batch_gang,
     foreign_prefixes,
     beyond_bounds,
 )

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import jsonpatch
 
-from pilotfish import quota
+from pilotfish import gates, quota
 from pilotfish.gates import GateRecord
 from pilotfish.names import SA_OPERATOR
 from pilotfish.timeutil import format_time
@@ -78,6 +78,21 @@ def quota_gate_record(now: datetime, generation: int) -> GateRecord:
         condition={"type": "Quota"},
         timeout_seconds=QUOTA_GATE_TIMEOUT_SECONDS,
         deadline=format_time(now + timedelta(seconds=QUOTA_GATE_TIMEOUT_SECONDS)),
+        on_expiry="Review",
+        owner=SA_OPERATOR,
+    )
+
+
+def gang_gate_record(workload: str, now: datetime) -> GateRecord:
+    """The terms of the batch gang gate of a task of BatchWorkload `workload`: released with
+    the rest of its gang, whose size the gate controller reads from the workload; waiting
+    long is flagged for a person, never failed (`gates.GANG_TIMEOUT_SECONDS`)."""
+    return GateRecord(
+        policy=gates.GANG_POLICY,
+        generation=0,
+        condition=gates.gang_condition(workload),
+        timeout_seconds=gates.GANG_TIMEOUT_SECONDS,
+        deadline=format_time(now + timedelta(seconds=gates.GANG_TIMEOUT_SECONDS)),
         on_expiry="Review",
         owner=SA_OPERATOR,
     )
@@ -152,6 +167,9 @@ def mutate(
     policy = TenantPolicy(scheduler_name, foreign_schedulers)
     refused = tenant_problems(pod, namespace, team, policy, mutating=True)
     refused += quantities.pod_problems(pod)
+    gang = gates.batch_gang_problem(pod)
+    if gang:
+        refused.append(gang)
     if refused:
         return Decision.deny("; ".join(refused))
     ops, choice = _tenant_patch(pod, namespace, team, policy)
@@ -168,6 +186,10 @@ def mutate(
     policies = view.selecting(namespace, labels)
     extra: dict[str, GateRecord] = {}
     warnings: list[str] = []
+    owner = gates.batch_owner(pod)
+    if gates.GANG_GATE in gates.scheduling_gates(pod) and owner is not None:
+        # batch_gang_problem accepted it above: a BatchWorkload's gang task
+        extra[gates.GANG_GATE] = gang_gate_record(owner[0], now)
     if team is not None and choice is not None and choice.band == "batch":
         ns_labels = team.labels_of(namespace)
         outcome = quota_rules.decide(pod, ns_labels, "batch", team.quotas, now)
@@ -183,7 +205,13 @@ def mutate(
             [*ops, *gating.strip_patch(pod)],
             warnings=[
                 "not gated: the pod sets spec.nodeName, so the gates of "
-                + (f"GatePolicy {policies[0].name}" if policies else "the team quota")
+                + (
+                    f"GatePolicy {policies[0].name}"
+                    if policies
+                    else "the team quota"
+                    if quota_rules.QUOTA_GATE in extra
+                    else "the batch gang"
+                )
                 + " cannot hold it back"
             ],
         )

@@ -27,6 +27,7 @@ from pilotfish.kube.client import api_client
 from pilotfish.kube.leader import LeaderElector, RestLeaseStore
 from pilotfish.kube.rest import Rest
 from pilotfish.kube.runtime import Runtime
+from pilotfish.operators.batchworkload import BatchWorkloadController
 from pilotfish.operators.endpoints import EndpointsController
 from pilotfish.operators.gatepolicy import GatePolicyStatusController
 from pilotfish.operators.gates import GateController
@@ -46,6 +47,16 @@ def default_identity() -> str:
     return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
 
 
+def batch_user(namespace: str | None, account: str | None) -> str | None:
+    """Who the batch controller writes as: `account` of the operator's own namespace, which
+    the chart lets the operator impersonate (and nothing else), so API Priority and Fairness
+    queues batch writes in their own level. None or '' (`--no-batch-account`): the operator's
+    own identity, for a cluster installed with batchAccount.enabled=false."""
+    if not account:
+        return None
+    return names.service_account_user(namespace or names.SYSTEM_NAMESPACE, account)
+
+
 class Controller(Protocol):
     async def run(self) -> None: ...
 
@@ -58,6 +69,7 @@ CONTROLLERS: dict[str, Callable[[Runtime], Controller]] = {
     "gates": GateController,
     "serviceworkload": ServiceWorkloadController,
     "gatepolicy": GatePolicyStatusController,
+    "batchworkload": BatchWorkloadController,
 }
 
 
@@ -78,6 +90,7 @@ async def run(
     controllers: Iterable[str] = tuple(CONTROLLERS),
     audit_log: str | None = None,
     identity: str | None = None,
+    batch_account: str | None = names.SA_BATCH,
 ) -> int:
     unknown = set(controllers) - set(CONTROLLERS)
     if unknown:
@@ -88,7 +101,12 @@ async def run(
     httpserver.add_common_routes(app)
     api = await api_client(kubeconfig)
     audit = Path(audit_log) if audit_log else None
-    rt = Runtime.build(Rest(api), identity=identity or default_identity(), audit_log=audit)
+    rt = Runtime.build(
+        Rest(api),
+        identity=identity or default_identity(),
+        audit_log=audit,
+        batch_user=batch_user(namespace, batch_account),
+    )
     try:
         await tasks.run_guarded(
             {

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal
 
-from pilotfish.names import GATE_PREFIX
+from pilotfish.names import API_VERSION, GATE_PREFIX
 
 # On every pod the webhook gated: lets controllers watch only gated pods (label selector).
 LABEL_GATED: Final = "gates.pilotfish.io/gated"
@@ -45,6 +45,11 @@ QUOTA_POLICY: Final = "(team quota)"
 # GatePolicy's: the gang's size is the BatchWorkload's `spec.gang`, never the pod's word.
 GANG_GATE: Final = "gates.pilotfish.io/gang"
 GANG_POLICY: Final = "(batch gang)"
+GANG_KIND: Final = "BatchWorkload"
+# A gang waits for its members to be created and for room in its team's quota, both of
+# which may take long on a busy cluster; it never fails on its own. After a day a person is
+# asked to look (onExpiry Review: the gate stays, the pod is flagged), as for the quota gate.
+GANG_TIMEOUT_SECONDS: Final = 24 * 3600
 
 # The pod condition that shows where a gated pod stands in the design's state machine.
 POD_CONDITION: Final = "gates.pilotfish.io/State"
@@ -146,6 +151,57 @@ def scheduling_gates(pod: Mapping[str, Any]) -> list[str]:
 
 def is_pilotfish_gate(name: str) -> bool:
     return name.startswith(GATE_PREFIX)
+
+
+def batch_owner(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(name, uid) of the BatchWorkload that is `obj`'s controller, or None.
+
+    Owner references name objects of the owner's own namespace only (the garbage collector
+    resolves them there), so this names a BatchWorkload next to the pod, never another
+    namespace's.
+    """
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if not isinstance(ref, Mapping) or ref.get("controller") is not True:
+            continue
+        if ref.get("kind") == GANG_KIND and ref.get("apiVersion") == API_VERSION:
+            return str(ref.get("name") or ""), str(ref.get("uid") or "")
+        return None  # one controller at most; it is not a BatchWorkload
+    return None
+
+
+def gang_condition(workload: str) -> dict[str, Any]:
+    """The record's condition of a batch gang gate: the gang of BatchWorkload `workload`
+    (its size is the workload's `spec.gang`, read by the gate controller, never recorded)."""
+    return {"type": "Gang", "workload": workload}
+
+
+def batch_gang_problem(obj: Mapping[str, Any]) -> str | None:
+    """Why `obj` may not carry GANG_GATE (None: it may, or it does not carry it).
+
+    Only a BatchWorkload's gang tasks carry it: its controller ownerReference names the
+    workload and its LABEL_GANG label is that workload's name. The gate controller sizes the
+    gang from that very workload, so a pod outside that shape would wait for a gang nothing
+    forms (or claim membership it has no owner for).
+    """
+    if GANG_GATE not in scheduling_gates(obj):
+        return None
+    rule = (
+        f"gate {GANG_GATE} is the batch gang gate: only task pods of a BatchWorkload carry it "
+        f"(a controller ownerReference of kind {GANG_KIND}, apiVersion {API_VERSION}, and label "
+        f"{LABEL_GANG} set to that BatchWorkload's name)"
+    )
+    owner = batch_owner(obj)
+    label = str(((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_GANG) or "")
+    if owner is None or not owner[0]:
+        return f"{rule}; this pod has no controller ownerReference to a {GANG_KIND}"
+    if not label:
+        return f"{rule}; this pod has no {LABEL_GANG} label"
+    if label != owner[0]:
+        return (
+            f"{rule}; this pod's {LABEL_GANG} is {label[:64]!r} but its controller is "
+            f"{GANG_KIND} {owner[0][:64]!r}"
+        )
+    return None
 
 
 def remove_gate_patch(gate: str) -> dict[str, Any]:

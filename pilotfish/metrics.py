@@ -203,3 +203,30 @@ ROLLOUT_EXPECTED_WRITES = Gauge(
     "pilotfish_rollout_expected_writes",
     "The rollout controller's own writes not yet seen by its informers (expectations).",
 )
+
+# The BatchWorkload controller (operators/batchworkload).
+BATCH_SYNC_SECONDS = Histogram(
+    "pilotfish_batch_sync_duration_seconds",
+    "Time of one BatchWorkload sync: observe, decide, write status, remove, create.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+BATCH_PODS_CREATED = Counter(
+    "pilotfish_batch_pods_created_total",
+    "Task pod creates by outcome (ok, refused).",
+    ["outcome"],
+)
+BATCH_POD_WRITES = Counter(
+    "pilotfish_batch_pod_writes_total",
+    "Task pod writes other than creates, by kind (unfinalize, delete).",
+    ["kind"],
+)
+BATCH_HELD_FOR_PRODUCTION = Gauge(
+    "pilotfish_batch_held_for_production",
+    "Production pods waiting for placement while they hold every BatchWorkload's pod "
+    "creation (0: batch is not held).",
+)
+BATCH_UNBOUND_PODS = Gauge(
+    "pilotfish_batch_unbound_pods",
+    "Task pods created and not yet bound to a node, over every BatchWorkload (the paced "
+    "in-flight count).",
+)

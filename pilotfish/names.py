@@ -43,7 +43,6 @@ COMPONENT_ACCOUNTS: Final = {
 }
 
 
-
 def service_account_user(namespace: str, account: str) -> str:
     """The user name the API server gives a ServiceAccount's requests."""
     return f"system:serviceaccount:{namespace}:{account}"

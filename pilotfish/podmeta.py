@@ -22,10 +22,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from pilotfish import gates, names
+from pilotfish import gates, names, workloads
 
 PREFIX: Final = names.GATE_PREFIX
-KEYS: Final = (names.LABEL_TEAM, names.LABEL_BAND, gates.LABEL_GANG, names.ANNOTATION_EPOCH)
+# A task pod's job, index, attempt and failure count are among them: a task relabelled to
+# another index would let two pods run one index, and a rewritten failure count would let a
+# task retry past its limit.
+KEYS: Final = (
+    names.LABEL_TEAM,
+    names.LABEL_BAND,
+    gates.LABEL_GANG,
+    names.ANNOTATION_EPOCH,
+    workloads.LABEL_BATCH,
+    workloads.LABEL_TASK_INDEX,
+    workloads.ANNOTATION_TASK_ATTEMPT,
+    workloads.ANNOTATION_TASK_FAILURES,
+)
 # The operator writes every one of them; no other Pilotfish component updates pods.
 WRITER: Final = names.SA_OPERATOR
 

@@ -65,15 +65,25 @@ def pod_body(
     hash_: str,
     name: str,
     default_band: str = "production",
+    *,
+    selector_labels: Mapping[str, str] | None = None,
 ) -> Obj:
-    """A pod of `template` (the revision's, not necessarily the current spec's)."""
+    """A pod of `template` (the revision's, not necessarily the current spec's).
+
+    `selector_labels`: the labels that make the pod one of this workload's, also what the
+    placement's spread counts; a ServiceWorkload's (workload name and revision) when unset.
+    """
     meta = workload["metadata"]
     spec = workload.get("spec") or {}
     tmeta = template.get("metadata") or {}
+    own = (
+        dict(selector_labels)
+        if selector_labels is not None
+        else {LABEL_WORKLOAD: meta["name"], LABEL_REVISION: hash_}
+    )
     labels = {
         **(tmeta.get("labels") or {}),
-        LABEL_WORKLOAD: meta["name"],
-        LABEL_REVISION: hash_,
+        **own,
         names.LABEL_TEAM: spec.get("team", ""),
         names.LABEL_BAND: spec.get("band", default_band),
     }
@@ -89,7 +99,8 @@ def pod_body(
     raw = spec.get("placement")
     if raw is not None:
         placement = Placement.model_validate(raw)
-        pod_spec = with_placement(pod_spec, placement_patch(placement, meta["name"]))
+        patch = placement_patch(placement, meta["name"], selector_labels=selector_labels)
+        pod_spec = with_placement(pod_spec, patch)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -98,7 +109,9 @@ def pod_body(
     }
 
 
-def placement_patch(placement: Placement, workload: str) -> Obj:
+def placement_patch(
+    placement: Placement, workload: str, *, selector_labels: Mapping[str, str] | None = None
+) -> Obj:
     """What `placement` adds to a pod spec of `workload`, as pod spec fields.
 
     Only the fields the placement asks for are present: `nodeSelector`, `affinity` (one
@@ -120,15 +133,17 @@ def placement_patch(placement: Placement, workload: str) -> Obj:
     if placement.gpus:
         amount = str(placement.gpus)
         out["containers"] = [{"resources": {"requests": {GPU: amount}, "limits": {GPU: amount}}}]
-    out["topologySpreadConstraints"] = [
-        {
-            "maxSkew": 1,
-            "topologyKey": SPREAD_KEY[placement.spread],
-            "whenUnsatisfiable": "ScheduleAnyway",
-            "labelSelector": {"matchLabels": {LABEL_WORKLOAD: workload}},
-            "matchLabelKeys": [LABEL_REVISION],
-        }
-    ]
+    spread: Obj = {
+        "maxSkew": 1,
+        "topologyKey": SPREAD_KEY[placement.spread],
+        "whenUnsatisfiable": "ScheduleAnyway",
+    }
+    if selector_labels is None:
+        spread["labelSelector"] = {"matchLabels": {LABEL_WORKLOAD: workload}}
+        spread["matchLabelKeys"] = [LABEL_REVISION]
+    else:
+        spread["labelSelector"] = {"matchLabels": dict(selector_labels)}
+    out["topologySpreadConstraints"] = [spread]
     return out
 
 

@@ -23,6 +23,8 @@ LABEL_REVISION: Final = "pilotfish.io/revision"  # hash of the pod template (Con
 LABEL_BATCH: Final = "pilotfish.io/batchworkload"  # the BatchWorkload's name
 LABEL_TASK_INDEX: Final = "pilotfish.io/task-index"  # the task's index, 0 .. completions-1
 ANNOTATION_TASK_ATTEMPT: Final = "pilotfish.io/task-attempt"  # 0 for an index's first pod
+# The index's failures before this pod (the built-in Job's `job-index-failure-count`).
+ANNOTATION_TASK_FAILURES: Final = "pilotfish.io/task-failures"
 ENV_TASK_INDEX: Final = "PILOTFISH_TASK_INDEX"
 ENV_COMPLETION_INDEX: Final = "JOB_COMPLETION_INDEX"  # what indexed Jobs' programs read
 # Held on a task pod until its outcome is recorded in the BatchWorkload's status, so a pod

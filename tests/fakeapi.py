@@ -444,6 +444,13 @@ class FakeApi(Rest):
                 return self._list(ref, params)
             if method == "POST":
                 return self._create(ref, coll, body)
+            if method == "DELETE":  # deletecollection: the selected objects, as deleted
+                deleted = []
+                for k, o in sorted(items.items()):
+                    if self._selected(ref, o, params):
+                        answer = self._delete(ref, coll, k, o, body or {})
+                        deleted.append(o if answer.get("kind") == "Status" else answer)
+                return {"kind": "List", "metadata": {}, "items": copy.deepcopy(deleted)}
             raise ApiError(405, "MethodNotAllowed", f"{method} {path}")
         key = key_of(ref.namespace, ref.name)
         current = items.get(key)

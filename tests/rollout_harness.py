@@ -16,7 +16,7 @@ import json
 import random
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from pilotfish.kube.rest import PODS, SERVICEWORKLOADS
 from pilotfish.kube.runtime import Runtime
@@ -134,18 +134,30 @@ def workload(replicas: int = 3, **spec: Any) -> Obj:
     }
 
 
+class Reconciles(Protocol):
+    async def reconcile(self, key: str) -> Result: ...
+
+
+ApiT = TypeVar("ApiT", bound=FakeApi)
+CtrlT = TypeVar("CtrlT", bound=Reconciles)
+
+
 @dataclass
-class World:
-    api: Lagging
+class ControllerWorld(Generic[ApiT, CtrlT]):
+    """One real controller on a fake API, stepped by hand: what every controller harness
+    shares."""
+
+    api: ApiT
     clock: FakeClock
     rt: Runtime
-    ctrl: ServiceWorkloadController
+    ctrl: CtrlT
     informers: asyncio.Task[None]
+    key: str
 
     async def step(self) -> Result:
         """One round after the watches caught up."""
         await self.api.settle()
-        return await self.ctrl.reconcile(KEY)
+        return await self.ctrl.reconcile(self.key)
 
     async def converge(self, rounds: int = 20) -> Result:
         """Rounds until one changes nothing in the API."""
@@ -172,13 +184,16 @@ class World:
             await self.informers
 
 
+World = ControllerWorld[Lagging, ServiceWorkloadController]
+
+
 async def start(api: Lagging, clock: FakeClock, seed: int = 7) -> World:
     """An operator process: its own runtime, informers listed before anything is decided."""
     rt = Runtime.build(api, clock=clock, resync_seconds=None)
     ctrl = ServiceWorkloadController(rt, rng=random.Random(seed))
     informers = asyncio.create_task(rt.factory.run())
     await rt.factory.wait_synced()
-    return World(api, clock, rt, ctrl, informers)
+    return World(api, clock, rt, ctrl, informers, KEY)
 
 
 def status(api: Lagging) -> Obj:

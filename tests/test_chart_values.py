@@ -289,6 +289,8 @@ def test_no_rbac_rule_uses_a_wildcard() -> None:
     for name, text in template_texts().items():
         if "rules:" not in text:  # RBAC (and admission) rules only, not container resources
             continue
+        if name == "flowcontrol.yaml":  # FlowSchema rules classify requests, grant nothing
+            continue
         for line, key, items in rbac_rule_fields(text):
             found += 1
             assert items, f"{name}:{line}: empty {key}"

@@ -188,10 +188,14 @@ COLUMNS = {
     BatchWorkload: [
         ("Team", ".spec.team"),
         ("Band", ".spec.band"),
-        ("Completions", ".spec.completions"),
+        ("Status", '.status.conditions[?(@.status=="True")].type'),
         ("Succeeded", ".status.succeeded"),
+        ("Completions", ".spec.completions"),
         ("Active", ".status.active"),
+        ("Waiting", ".status.waiting"),
         ("Failed", ".status.failed"),
+        ("In-flight", ".status.pacing.inFlight"),
+        ("Limit", ".status.pacing.limit"),
         ("Age", ".metadata.creationTimestamp"),
     ],
     GatePolicy: [
@@ -386,7 +390,7 @@ def test_models_and_schema_accept_and_default_alike(
     check()
 
 
-EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+EXAMPLES = sorted((ROOT / "examples").glob("**/*.yaml"))
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)

@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pilotfish import names
-from pilotfish.devcluster import components, nodes, pki, supervisor
+from pilotfish.devcluster import components, nodes, pki, stages, supervisor
 from pilotfish.devcluster.cluster import ClusterSpec, host_processes
 from pilotfish.devcluster.components import Layout, Ports
 
@@ -130,7 +130,12 @@ def test_kwok_config_has_the_stages(tmp_path: Path) -> None:
     assert opts["manageAllNodes"] is False
     assert opts["manageNodesWithLabelSelector"] == f"{names.LABEL_FAKE_NODE}=true"
     assert all(opts[k] > 0 for k in opts if k.endswith("Parallelism"))
-    assert [d["metadata"]["name"] for d in docs[1:]] == list(components.KWOK_STAGES)
+    assert [d["metadata"]["name"] for d in docs[1:]] == [
+        *components.KWOK_STAGES,
+        stages.STAGE_SUCCEED,
+        stages.STAGE_FAIL,
+    ]
+    assert not any(rel.endswith("pod-complete.yaml") for rel in components.KWOK_STAGES)
 
 
 def test_host_processes_run_supervised_on_loopback(tmp_path: Path) -> None:

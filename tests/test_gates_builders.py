@@ -27,6 +27,7 @@ from pilotfish.operators.gates.model import (
     PodView,
     QuotaView,
     SignalView,
+    batch_view,
     pod_view,
     quota_view,
 )
@@ -119,10 +120,12 @@ def pod(
     scheduled: tuple[str, str, str] | None = None,
     review: bool = False,
     rv: str = "10",
+    owner: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """A raw gated pod. `gated` maps gate names (short names get the Pilotfish prefix) to
     records; `unrecorded` are Pilotfish gates without a record; `age` is seconds old."""
     records = {gate(k): v for k, v in (gated or {}).items()}
+    # `owner`: (name, uid) of the BatchWorkload that is the pod's controller.
     labels = {gates.LABEL_GATED: "true"}
     if team:
         labels[names.LABEL_TEAM] = team
@@ -164,6 +167,17 @@ def pod(
     }
     if deleting:
         meta["deletionTimestamp"] = ts(0)
+    if owner is not None:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": names.API_VERSION,
+                "kind": "BatchWorkload",
+                "name": owner[0],
+                "uid": owner[1],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
     spec: dict[str, Any] = {
         "containers": [
             {"name": f"c{i}", "image": img, "resources": {"requests": requests}}
@@ -240,7 +254,7 @@ def honest_policies(pods: Iterable[PodView]) -> dict[tuple[str, str], PolicyGate
     declared: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
     for p in pods:
         for g, r in p.record.items():
-            if r.policy == gates.QUOTA_POLICY:
+            if r.policy in (gates.QUOTA_POLICY, gates.GANG_POLICY):
                 continue
             mine = declared.setdefault((p.namespace, r.policy), {})
             cond = wire(r.condition)
@@ -261,8 +275,10 @@ def world(
     buckets: Mapping[str, Bucket] | None = None,
     namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
     policies: Iterable[dict[str, Any]] | None = None,
+    batches: Iterable[dict[str, Any]] = (),
 ) -> World:
-    """`policies`: raw GatePolicies; None: the honest ones (`honest_policies`)."""
+    """`policies`: raw GatePolicies; None: the honest ones (`honest_policies`); `batches`:
+    raw BatchWorkloads."""
     pods = list(pods)
     index = (
         honest_policies(pods)
@@ -278,6 +294,7 @@ def world(
         pacing=dict(pacing or {}),
         buckets=dict(buckets or {}),
         policies=index,
+        batches={(b.namespace, b.name): b for b in map(batch_view, batches)},
     )
 
 

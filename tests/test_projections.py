@@ -112,3 +112,21 @@ def test_node_keeps_image_names_not_sizes() -> None:
     assert p["status"]["images"] == [{"names": ["app:1", "app@sha256:abc"]}]
     assert set(p["status"]) == {"allocatable", "images"}
     assert p["spec"] == {"taints": [{"key": "k", "effect": "NoSchedule"}]}
+
+
+def test_pod_keeps_the_disruption_target_of_a_failed_task() -> None:
+    """The batch operator tells a preempted task (recreated, not counted) from a failed one."""
+    pod = full_pod(3)
+    pod["status"] = {
+        "phase": "Failed",
+        "reason": "Evicted",
+        "conditions": [
+            {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"},
+            {"type": "ContainersReady", "status": "False"},
+        ],
+    }
+    kept = projections.pod(pod)["status"]
+    assert kept["phase"] == "Failed" and kept["reason"] == "Evicted"
+    assert kept["conditions"] == [
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    ]

@@ -6,7 +6,7 @@ Observe: the process's shared informers (`Runtime.factory`), never watches of it
 - TeamQuotas, read as quota ledgers (`pilotfish.ledger`: used plus reservations, this
   process's own reservations included through its `Reserver`): what quota is free;
 - namespaces (team label), nodes (Ready, images), GateSignals, GatePolicies (pacing, and
-  the terms of every gate: `terms`).
+  the terms of every gate: `terms`), BatchWorkloads (the size of each batch gang: `gangs`).
 Everything is rebuilt by listing on start; nothing but the pacing buckets lives only here.
 
 Reconcile: one round is observe (`world`) -> `decide.decide` (pure: a plan) -> `apply`
@@ -30,7 +30,15 @@ from pilotfish import gates, ledger, metrics, names
 from pilotfish.kube import projections
 from pilotfish.kube.informer import Obj, object_key
 from pilotfish.kube.ownwrites import OwnWrites
-from pilotfish.kube.rest import GATEPOLICIES, GATESIGNALS, NAMESPACES, NODES, PODS, TEAMQUOTAS
+from pilotfish.kube.rest import (
+    BATCHWORKLOADS,
+    GATEPOLICIES,
+    GATESIGNALS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    TEAMQUOTAS,
+)
 from pilotfish.kube.runtime import Runtime
 from pilotfish.kube.workqueue import DONE, Result, WorkQueue, requeue_after, retry
 from pilotfish.operators.gates import terms
@@ -38,9 +46,11 @@ from pilotfish.operators.gates.apply import CONTROLLER, ROUND, Executor
 from pilotfish.operators.gates.audit import AuditLog
 from pilotfish.operators.gates.decide import decide
 from pilotfish.operators.gates.model import (
+    BatchView,
     NodeView,
     PodView,
     SignalView,
+    batch_view,
     namespace_pacing,
     node_view,
     pod_view,
@@ -70,6 +80,7 @@ class GateController:
         self.signals = f.informer(GATESIGNALS)
         self.quotas = f.informer(TEAMQUOTAS)
         self.policies = f.informer(GATEPOLICIES)
+        self.batches = f.informer(BATCHWORKLOADS)
         self.own = OwnWrites(CONTROLLER, rt.clock, on_settled=lambda _owner: self._kick())
         self.own.watch(self.pods)
         self.reserver = Reserver(
@@ -111,6 +122,8 @@ class GateController:
         self.signals.add_handler(self._when_changed(signal_view))
         self.quotas.add_handler(self._when_changed(ledger.read_part))  # room freed or taken
         self.policies.add_handler(self._when_changed(lambda o: o.get("spec")))
+        # A batch gang's size; its status (written often by the batch operator) is not read.
+        self.batches.add_handler(self._when_changed(batch_view))
 
     def _when_changed(self, part: Callable[[Obj], Any]) -> Callable[[str, Obj, Obj | None], None]:
         """A handler that starts a round only when the part a decision reads changed (node
@@ -183,7 +196,12 @@ class GateController:
             pacing=namespace_pacing(list(self.policies.store.values())),
             buckets=dict(self.buckets),
             policies=self._policies(),
+            batches=self._batches(),
         )
+
+    def _batches(self) -> dict[tuple[str, str], BatchView]:
+        views = (batch_view(o) for o in self.batches.store.values())
+        return {(v.namespace, v.name): v for v in views}
 
     # reconcile
 

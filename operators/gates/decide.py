@@ -44,8 +44,8 @@ from dataclasses import dataclass
 
 from pilotfish import gates
 from pilotfish import quota as q
-from pilotfish.operators.gates import conditions, expiry, status, terms
-from pilotfish.operators.gates.conditions import GangMember, Verdict
+from pilotfish.operators.gates import conditions, expiry, gangs, status, terms
+from pilotfish.operators.gates.conditions import Verdict
 from pilotfish.operators.gates.model import PodView
 from pilotfish.operators.gates.pacing import Bucket, bucket_for, in_flight_allows
 from pilotfish.operators.gates.plan import (
@@ -66,7 +66,7 @@ class Unit:
 
     members: tuple[PodView, ...]
     team: str
-    gang: str = ""
+    gang: gangs.GangId | None = None
 
     @property
     def namespace(self) -> str:
@@ -119,7 +119,7 @@ class _Round:
             b = bucket_for(pacing, world.buckets.get(ns), prog.mono)
             if b is not None:
                 self.buckets[ns] = b
-        self.gang_verdict: dict[tuple[str, str], Verdict] = {}
+        self.gang_verdict: dict[gangs.GangId, Verdict] = {}
         self.released: dict[str, str] = {}  # pod key -> team, for the pods released now
 
     # evaluation
@@ -162,60 +162,36 @@ class _Round:
 
     # gangs and units
 
-    def _gangs(self) -> dict[tuple[str, str], list[PodView]]:
-        groups: dict[tuple[str, str], list[PodView]] = {}
-        for p in self.alive:
-            if p.gang:
-                groups.setdefault((p.namespace, p.gang), []).append(p)
-        return groups
-
-    def _gang_size(self, members: list[PodView]) -> int | None:
-        # From each member's GatePolicy, never from the pod: no pod makes itself a gang of one.
-        sizes = [
-            int(m.terms[g].get("size") or 0)
-            for m in members
-            for g in m.pilotfish_gates
-            if kind(m, g) == "Gang" and m.managed(g)
-        ]
-        return max(sizes) if sizes else None
-
     def _units(self) -> list[Unit]:
-        gangs = self._gangs()
-        sizes = {gid: self._gang_size(ms) for gid, ms in gangs.items()}
-        for gid, ms in gangs.items():
-            size = sizes[gid]
-            if size is None:
-                continue
-            members = [
-                GangMember(
-                    m.key,
-                    m.released or self._ready_but_joint(m),
-                    "" if m.released else self.prog.first_unmet(m),
-                )
-                for m in ms
-            ]
-            self.gang_verdict[gid] = conditions.gang(gid[1], size, members)
+        members = gangs.groups(self.alive)
+        begun = gangs.begun(self.w.pods)
+        for gid, ms in members.items():
+            verdict = gangs.verdict(
+                gid, ms, self.w.batches, begun[gid], self._ready_but_joint, self.prog.first_unmet
+            )
+            if verdict is not None:
+                self.gang_verdict[gid] = verdict
         units: list[Unit] = []
         for p in self.alive:
             if p.released:
                 continue
-            gid = (p.namespace, p.gang or "")
-            if p.gang and sizes.get(gid) is not None:
-                verdict = self.gang_verdict[gid]
+            mine = gangs.gang_id(p)
+            if mine is not None and mine in self.gang_verdict:
+                verdict = self.gang_verdict[mine]
                 for g in p.pilotfish_gates:
                     if kind(p, g) == "Gang":
                         self.prog.joint.setdefault(p.key, {})[g] = verdict
-                todo = tuple(m for m in gangs[gid] if not m.released)
+                todo = tuple(m for m in members[mine] if not m.released)
                 if verdict.satisfied and p.key == todo[0].key:
                     # The gang is one unit, built once, from its first still-gated member.
-                    units.append(Unit(todo, self.team[todo[0].key], gid[1]))
+                    units.append(Unit(todo, self.team[todo[0].key], mine))
                 continue
             for g in p.pilotfish_gates:
                 if kind(p, g) == "Gang":
                     self.prog.joint.setdefault(p.key, {})[g] = Verdict(
                         False,
                         f"pod has a Gang gate but no {gates.LABEL_GANG} label",
-                        f"no {gates.LABEL_GANG} label",
+                        gangs.NO_LABEL,
                     )
             if self._ready_but_joint(p) and not any(
                 kind(p, g) == "Gang" for g in p.pilotfish_gates
@@ -311,7 +287,8 @@ class _Round:
                 if k == "Quota":
                     ev = admitted[tb].evidence
                 elif k == "Gang":
-                    ev = self.gang_verdict[(m.namespace, unit.gang)].evidence
+                    assert unit.gang is not None, "a Gang gate only goes with its gang"
+                    ev = self.gang_verdict[unit.gang].evidence
                 else:
                     ev = self.prog.verdicts[m.key][g].evidence
                 gone[g] = ev

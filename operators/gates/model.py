@@ -70,6 +70,8 @@ class PodView:
     scheduled: PodCondition | None = None  # the scheduler's PodScheduled condition
     state: PodCondition | None = None  # our gates.pilotfish.io/State condition
     released_log: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # (name, uid) of the BatchWorkload that is the pod's controller (`gates.batch_owner`).
+    batch_owner: tuple[str, str] | None = None
     # Set by `terms.verified` from the controller's GatePolicy view, never from the pod: the
     # condition that releases each gate this controller may remove, and, for each other gate
     # of ours, why its record cannot be trusted. Empty until verified: nothing is managed.
@@ -198,7 +200,31 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         scheduled=conds.get("PodScheduled"),
         state=conds.get(gates.POD_CONDITION),
         released_log=_released_log((meta.get("annotations") or {}).get(ANNOTATION_RELEASED)),
+        batch_owner=gates.batch_owner(obj),
     )
+
+
+@dataclass(frozen=True)
+class BatchView:
+    """A BatchWorkload as the gang gate reads it: who it is (uid) and its gang's size."""
+
+    namespace: str
+    name: str
+    uid: str
+    gang: int | None = None  # None: no usable spec.gang (`problem` says why)
+    problem: str = ""
+
+
+def batch_view(obj: Mapping[str, Any]) -> BatchView:
+    meta = obj.get("metadata") or {}
+    ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    uid = str(meta.get("uid") or "")
+    gang = (obj.get("spec") or {}).get("gang")
+    if gang is None:
+        return BatchView(ns, name, uid, problem="it has no spec.gang")
+    if isinstance(gang, bool) or not isinstance(gang, int) or gang < 1:
+        return BatchView(ns, name, uid, problem=f"its spec.gang {gang!r} is not a positive integer")
+    return BatchView(ns, name, uid, gang)
 
 
 @dataclass(frozen=True)

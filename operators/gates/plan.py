@@ -16,7 +16,14 @@ from typing import Final
 from pilotfish import names
 from pilotfish.gates import OnExpiry
 from pilotfish.operators.gates.conditions import Verdict
-from pilotfish.operators.gates.model import NodeView, Pacing, PodView, QuotaView, SignalView
+from pilotfish.operators.gates.model import (
+    BatchView,
+    NodeView,
+    Pacing,
+    PodView,
+    QuotaView,
+    SignalView,
+)
 from pilotfish.operators.gates.pacing import Bucket
 from pilotfish.operators.gates.terms import PolicyGates
 
@@ -99,6 +106,8 @@ class World:
     buckets: Mapping[str, Bucket] = field(default_factory=dict)
     # Every GatePolicy, by (namespace, name): where each gate's terms come from (`terms`).
     policies: Mapping[tuple[str, str], PolicyGates] = field(default_factory=dict)
+    # Every BatchWorkload, by (namespace, name): the size of each batch gang.
+    batches: Mapping[tuple[str, str], BatchView] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,10 @@ take the record's word for what releases a gate: a record that named a `Gang` of
 - A gate's *condition* and *owner* come from where the gate came from: the GatePolicy the
   record names, looked up in the controller's own GatePolicy view in the pod's namespace
   (the policy must still declare that gate, with that very condition), or the quota rule
-  for the quota gate (`gates.QUOTA_POLICY`: only `gates.QUOTA_GATE`, condition Quota). Every
-  such gate is released by the operator.
+  for the quota gate (`gates.QUOTA_POLICY`: only `gates.QUOTA_GATE`, condition Quota), or
+  the batch gang rule for the batch gang gate (`gates.GANG_POLICY`: only `gates.GANG_GATE`,
+  condition Gang of the BatchWorkload that is the pod's controller and names its gang
+  label). Every such gate is released by the operator.
 - A record that does not match is *untrusted*: the gate is held, never released on the
   record's terms, and the pod is flagged (State condition and Event `GateRecordUntrusted`,
   label `gates.pilotfish.io/review=required`) for a person to release or cancel it with
@@ -25,7 +27,8 @@ take the record's word for what releases a gate: a record that named a `Gang` of
 - A record whose owner is not the operator is neither ours nor untrusted: its gate is left
   to that owner, as before.
 
-The gang size of a Gang gate is the policy's too, so a pod cannot make itself a gang of one.
+The gang size of a Gang gate is the policy's too, so a pod cannot make itself a gang of one;
+a batch gang's is its BatchWorkload's `spec.gang` (`gangs`).
 """
 
 from __future__ import annotations
@@ -145,6 +148,8 @@ def derive(
                 f"{_text(QUOTA_CONDITION)}"
             )
         return QUOTA_CONDITION, ""
+    if rec.policy == gates.GANG_POLICY:
+        return _batch_gang(gate, recorded)
     policy = policies.get((namespace, rec.policy))
     named = f"GatePolicy {namespace}/{_short(rec.policy)}"
     if policy is None:
@@ -163,6 +168,42 @@ def derive(
     return declared, ""
 
 
+def _batch_gang(gate: str, recorded: Condition) -> tuple[Condition | None, str]:
+    if gate != gates.GANG_GATE:
+        return None, (
+            f"the record says the batch gang put {gate} there, but a batch gang puts only "
+            f"{gates.GANG_GATE}"
+        )
+    workload = recorded.get("workload")
+    expected = gates.gang_condition(workload) if isinstance(workload, str) and workload else None
+    if recorded != expected:
+        return None, (
+            f"recorded condition {_text(recorded)} is not a batch gang's "
+            f"{_text(gates.gang_condition('<BatchWorkload name>'))}"
+        )
+    return recorded, ""
+
+
+def _member_problem(pod: PodView, condition: Condition) -> str:
+    """Why `pod` is not the batch gang task its gang record says ("" if it is): the record
+    names the workload the webhook saw as the pod's controller and gang label; an owner
+    reference changed since (removed, or the pod orphaned) leaves a gate nobody sizes."""
+    workload = str(condition.get("workload"))
+    owner = pod.batch_owner
+    if owner is None:
+        return (
+            f"the record says it is in the gang of BatchWorkload {_short(workload)}, but the "
+            "pod has no controller ownerReference to a BatchWorkload"
+        )
+    if owner[0] != workload or pod.gang != workload:
+        return (
+            f"the record says it is in the gang of BatchWorkload {_short(workload)}, but its "
+            f"controller is {_short(owner[0])} and its {gates.LABEL_GANG} label "
+            f"{_short(pod.gang or '')!r}"
+        )
+    return ""
+
+
 def verified(pod: PodView, policies: PolicyIndex) -> PodView:
     """`pod` with the terms of each Pilotfish gate it holds: the re-derived condition of
     every gate the operator owns and whose record its source confirms, and why not for the
@@ -174,6 +215,9 @@ def verified(pod: PodView, policies: PolicyIndex) -> PodView:
         if rec is None or rec.owner != OWNER:
             continue
         condition, why = derive(pod.namespace, g, rec, policies)
+        if condition is not None and rec.policy == gates.GANG_POLICY:
+            why = _member_problem(pod, condition)
+            condition = None if why else condition
         if condition is None:
             untrusted[g] = why
         else:

@@ -16,6 +16,7 @@ from pilotfish.api.base import (
     Resource,
     TeamName,
     Time,
+    list_field,
     object_field,
 )
 from pilotfish.api.serviceworkload import Placement
@@ -23,6 +24,16 @@ from pilotfish.api.serviceworkload import Placement
 # Condition types the batch operator maintains.
 COMPLETE: Final = "Complete"
 FAILED: Final = "Failed"
+SUSPENDED: Final = "Suspended"
+# Reasons of those conditions.
+REASON_COMPLETED: Final = "Completed"
+REASON_BACKOFF_LIMIT: Final = "BackoffLimitExceeded"
+REASON_FAILED_INDEXES: Final = "FailedIndexes"
+REASON_SUSPENDED: Final = "Suspended"
+REASON_RESUMED: Final = "Resumed"
+
+# A compact set of task indexes, as `pilotfish.indexranges` writes it: "0-4,7,9-12".
+INDEX_RANGES_PATTERN: Final = r"^$|^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$"
 
 
 class BatchWorkloadSpec(ApiModel):
@@ -59,7 +70,14 @@ class BatchWorkloadSpec(ApiModel):
     backoff_limit: int = Field(
         default=6,
         ge=0,
-        description="Pod failures tolerated before the job is marked Failed.",
+        description="Task failures tolerated in all before the job is marked Failed "
+        "(evictions and preemptions do not count).",
+    )
+    backoff_limit_per_index: int | None = Field(
+        default=None,
+        ge=0,
+        description="Failures tolerated per index: an index failing more often is failed "
+        "(listed in status.failedIndexes) while the others go on; no per-index limit when unset.",
     )
     creation_rate: float | None = Field(
         default=None,
@@ -72,14 +90,62 @@ class BatchWorkloadSpec(ApiModel):
         ge=1,
         description="Pods released to the scheduler together, all or none; no gang when unset.",
     )
+    suspend: bool = Field(
+        default=False,
+        description="Stop the job: no pods are created and running ones are deleted; setting "
+        "it back to false resumes where the job was.",
+    )
+
+
+class Pacing(ApiModel):
+    """How fast the operator puts the job's pods in front of the scheduler."""
+
+    in_flight: int = Field(default=0, ge=0, description="Created pods not yet bound to a node.")
+    limit: int = Field(default=0, ge=0, description="Unbound pods the job may have now.")
+    binds_per_second: float = Field(
+        default=0.0, ge=0, description="The job's pods bound per second, measured recently."
+    )
+    held_for_production: int = Field(
+        default=0,
+        ge=0,
+        description="Production pods waiting for placement when the last sync held the job's "
+        "creates back for them (0: not held).",
+    )
 
 
 class BatchWorkloadStatus(ConditionsStatus):
     """The observed state of a BatchWorkload."""
 
     active: int = Field(default=0, ge=0, description="Pods pending or running.")
-    succeeded: int = Field(default=0, ge=0, description="Pods that succeeded.")
-    failed: int = Field(default=0, ge=0, description="Pods that failed.")
+    succeeded: int = Field(default=0, ge=0, description="Tasks that succeeded.")
+    failed: int = Field(
+        default=0, ge=0, description="Task failures, counted toward the backoff limits."
+    )
+    disrupted: int = Field(
+        default=0,
+        ge=0,
+        description="Tasks evicted or preempted (DisruptionTarget): recreated, not counted "
+        "as failures.",
+    )
+    completed_indexes: str = Field(
+        default="",
+        pattern=INDEX_RANGES_PATTERN,
+        description='Indexes that succeeded, as ranges such as "0-4,7,9-12".',
+    )
+    failed_indexes: str = Field(
+        default="",
+        pattern=INDEX_RANGES_PATTERN,
+        description="Indexes that exceeded backoffLimitPerIndex, as ranges.",
+    )
+    recorded_pods: list[str] = list_field(
+        "UIDs of failed or disrupted pods whose outcome the counters include "
+        "while they still carry the tracking finalizer: what keeps a restarted operator "
+        "from counting one failure twice."
+    )
+    waiting: int = Field(default=0, ge=0, description="Tasks not yet created.")
+    pacing: Pacing | None = Field(
+        default=None, description="The pace of pod creation, while the job runs."
+    )
     start_time: Time | None = Field(
         default=None,
         description="When the operator first acted on the job.",
@@ -100,10 +166,27 @@ class BatchWorkload(Resource):
         printer_columns=(
             PrinterColumn("Team", "string", ".spec.team", "Owning team."),
             PrinterColumn("Band", "string", ".spec.band", "Priority band."),
-            PrinterColumn("Completions", "integer", ".spec.completions", "Pods to complete."),
-            PrinterColumn("Succeeded", "integer", ".status.succeeded", "Pods that succeeded."),
+            PrinterColumn(
+                "Status",
+                "string",
+                '.status.conditions[?(@.status=="True")].type',
+                "Complete, Failed or Suspended, once it is.",
+            ),
+            PrinterColumn("Succeeded", "integer", ".status.succeeded", "Tasks that succeeded."),
+            PrinterColumn("Completions", "integer", ".spec.completions", "Tasks to complete."),
             PrinterColumn("Active", "integer", ".status.active", "Pods pending or running."),
-            PrinterColumn("Failed", "integer", ".status.failed", "Pods that failed.", priority=1),
+            PrinterColumn("Waiting", "integer", ".status.waiting", "Tasks not yet created."),
+            PrinterColumn("Failed", "integer", ".status.failed", "Task failures."),
+            PrinterColumn(
+                "In-flight",
+                "integer",
+                ".status.pacing.inFlight",
+                "Created pods not yet bound.",
+                priority=1,
+            ),
+            PrinterColumn(
+                "Limit", "integer", ".status.pacing.limit", "Unbound pods allowed.", priority=1
+            ),
             AGE_COLUMN,
         ),
     )

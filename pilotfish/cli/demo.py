@@ -265,6 +265,50 @@ def production_during_burst(layout: Layout) -> None:
     )
 
 
+def _bw_status(custom: Any) -> dict[str, Any]:
+    bw = custom.get_namespaced_custom_object(
+        names.GROUP, names.VERSION, NAMESPACE, "batchworkloads", "reconcile"
+    )
+    return dict(bw.get("status") or {})
+
+
+def _complete(status: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Complete" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def batch_while_scaling(layout: Layout) -> None:
+    """A batch job runs to completion while production scales: both get what they asked for."""
+    custom = k8s.CustomObjectsApi(cluster.api_client(layout))
+    print("==> a 60-task BatchWorkload runs while checkout scales from 6 to 9 replicas")
+    show(kubectl(layout, "apply", "-f", str(examples_dir() / "batch")))
+    wait("the job's first tasks", lambda: _bw_status(custom).get("active", 0) > 0)
+    custom.patch_namespaced_custom_object(
+        names.GROUP,
+        names.VERSION,
+        NAMESPACE,
+        "serviceworkloads",
+        "checkout",
+        {"spec": {"replicas": 9}},
+    )
+    wait(
+        "checkout Available with 9 replicas",
+        lambda: _sw_status(custom).get("availableReplicas") == 9,
+        timeout=180,
+    )
+    show(kubectl(layout, "get", "sw", "checkout", "-n", NAMESPACE))
+    show(kubectl(layout, "get", "bw", "reconcile", "-n", NAMESPACE))
+    wait("the job Complete", lambda: _complete(_bw_status(custom)), timeout=300)
+    show(kubectl(layout, "get", "bw", "reconcile", "-n", NAMESPACE, "-o", "wide"))
+    st = _bw_status(custom)
+    print(
+        f"    completed indexes {st.get('completedIndexes')}, "
+        f"{st.get('failed', 0)} failed, {st.get('disrupted', 0)} disrupted"
+    )
+
+
 def run(state: Path, nodes: int = cluster.DEFAULT_NODES) -> int:
     print(f"==> starting the local control plane and Pilotfish ({state})")
     layout = cluster.up(state, cluster.ClusterSpec(nodes=nodes))
@@ -280,6 +324,7 @@ def run(state: Path, nodes: int = cluster.DEFAULT_NODES) -> int:
         gated_release(layout)
         service_rollout(layout)
         production_during_burst(layout)
+        batch_while_scaling(layout)
     print("==> kubectl get pilotfish -A")
     show(kubectl(layout, "get", "pilotfish", "-A"))
     print("\nUse it (the export line puts the pinned kubectl and kubectl-pilotfish first on PATH):")
@@ -288,6 +333,7 @@ def run(state: Path, nodes: int = cluster.DEFAULT_NODES) -> int:
     print("    kubectl get pilotfish -A")
     print("    kubectl pilotfish gates -A")
     print(f"    kubectl pilotfish why ledger-0 -n {NAMESPACE}")
+    print(f"    kubectl pilotfish why bw/reconcile -n {NAMESPACE}")
     print("Stop it:\n    make down")
     print(f"    (or, after the export line: pilotfish dev down --state {state})")
     return 0

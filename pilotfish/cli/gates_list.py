@@ -84,7 +84,8 @@ def gate_rows(pods: Sequence[dict[str, Any]]) -> list[GateRow]:
 
 
 def condition_text(condition: dict[str, Any] | None) -> str:
-    """`GateSignal(warehouse-export)`, `Gang(size=8)`, `Image(minNodes=2)`, `Quota`."""
+    """`GateSignal(warehouse-export)`, `Gang(size=8)`, `Image(minNodes=2)`, `Quota`, and a
+    batch gang's `Gang(workload=train)`."""
     if not condition:
         return "-"
     kind = str(condition.get("type", "?"))
@@ -94,6 +95,8 @@ def condition_text(condition: dict[str, Any] | None) -> str:
         return f"{kind}(size={condition['size']})"
     if condition.get("minNodes") is not None:
         return f"{kind}(minNodes={condition['minNodes']})"
+    if condition.get("workload"):
+        return f"{kind}(workload={condition['workload']})"
     return kind
 
 

@@ -8,7 +8,7 @@ kubectl's global flags before or after the subcommand: --kubeconfig, --context, 
   kubectl pilotfish gates [-n NS | -A] [-o table|wide|json]
   kubectl pilotfish gates release POD GATE --reason TEXT [--dry-run[=server]]
   kubectl pilotfish gates cancel POD --reason TEXT [--dry-run[=server]]
-  kubectl pilotfish why POD
+  kubectl pilotfish why POD | bw/NAME
   kubectl pilotfish status | version
 """
 
@@ -130,7 +130,7 @@ def _gates(args: argparse.Namespace) -> int:
 
 def _why(args: argparse.Namespace) -> int:
     namespace = _namespace(args)
-    return asyncio.run(_with_rest(args, lambda rest: why.run(rest, namespace, args.pod)))
+    return asyncio.run(_with_rest(args, lambda rest: why.run_target(rest, namespace, args.pod)))
 
 
 def _dry_run_flag(parser: argparse.ArgumentParser) -> None:
@@ -199,10 +199,11 @@ def parser() -> argparse.ArgumentParser:
 
     w = sub.add_parser(
         "why",
-        help="why a pod is not running: gated, unschedulable, or the node's problem",
+        help="why a pod is not running: gated, unschedulable, or the node's problem; "
+        "bw/NAME: a BatchWorkload's progress and what its tasks wait on",
     )
     _common(w, top=False)
-    w.add_argument("pod")
+    w.add_argument("pod", metavar="POD | bw/NAME")
     w.set_defaults(func=_why)
 
     rollout_cmd.add_parser(sub, _common)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
-from pilotfish import log, ports
+from pilotfish import log, names, ports
 from pilotfish.devcluster import cluster
 from pilotfish.devcluster.binaries import MissingBinaries
 from pilotfish.devcluster.components import Layout
@@ -98,9 +99,12 @@ def _operator(args: argparse.Namespace) -> int:
             args.kubeconfig,
             args.metrics_host,
             args.metrics_port,
+            # The chart's release namespace: the operator's lease and its batch account.
+            namespace=os.environ.get("PILOTFISH_NAMESPACE") or None,
             controllers=controllers if controllers is not None else tuple(runner.CONTROLLERS),
             audit_log=args.audit_log,
             identity=args.identity,
+            batch_account=args.batch_account,
         )
     )
 
@@ -225,6 +229,23 @@ def parser() -> argparse.ArgumentParser:
         "--audit-log",
         help="append the gate controller's audit records (JSON lines) to this file; "
         "they always go to the log on stderr too",
+    )
+    batch = op.add_mutually_exclusive_group()
+    batch.add_argument(
+        "--batch-account",
+        default=names.SA_BATCH,
+        metavar="NAME",
+        help="ServiceAccount of the operator's namespace the batch controller writes as, "
+        "by impersonation, so its writes queue in their own API priority level "
+        f"(default: {names.SA_BATCH})",
+    )
+    batch.add_argument(
+        "--no-batch-account",
+        dest="batch_account",
+        action="store_const",
+        const=None,
+        help="the batch controller writes as the operator itself (a cluster installed "
+        "with batchAccount.enabled=false)",
     )
     op.set_defaults(func=_operator)
 

@@ -1,4 +1,6 @@
-"""`kubectl pilotfish why POD`: why a pod is not running yet, in plain sentences.
+"""`kubectl pilotfish why POD`: why a pod is not running yet, in plain sentences (a batch
+task also says which task it is and what it waits on first; `why bw/NAME` explains a whole
+BatchWorkload: `whybatch`).
 
 The seeds' pitfall: calling SchedulingGated a scheduling failure. A gated pod was never tried
 by the scheduler; an unschedulable one was tried and refused; a bound pod that does not run
@@ -20,6 +22,7 @@ from typing import Any, Final, TextIO
 from pilotfish import gates
 from pilotfish.cli.gates_list import condition_text, state_condition
 from pilotfish.cli.output import ago, human_duration
+from pilotfish.cli.whybatch import parse_target, run_batch, task_layer
 from pilotfish.cli.whyquota import quota_layer
 from pilotfish.kube.rest import PODS, ApiError, Resource, Rest
 from pilotfish.timeutil import SYSTEM_CLOCK, Clock
@@ -111,10 +114,13 @@ def _gate_sentence(
         "Image": f"its images are present on {cond.get('minNodes') or 1} node(s)",
         "Gang": f"{cond.get('size')} pods of its gang can be released together",
     }.get(str(cond.get("type")), f"its condition {condition_text(cond)} holds")
-    parts = [
-        f"{gate} is removed when {what} ({condition_text(cond)}, from GatePolicy "
-        f"{record.policy} generation {record.generation})"
-    ]
+    source = f"from GatePolicy {record.policy} generation {record.generation}"
+    if record.policy == gates.GANG_POLICY:
+        what = (
+            f"the spec.gang pods of BatchWorkload {cond.get('workload')} can be released together"
+        )
+        source = "put there for the BatchWorkload's gang"
+    parts = [f"{gate} is removed when {what} ({condition_text(cond)}, {source})"]
     if created is not None:
         parts.append(f"it has waited {human_duration((now - created).total_seconds())}")
     deadline = _time(record.deadline)
@@ -368,9 +374,28 @@ async def run(
     except ApiError as e:
         print(f"warning: cannot read the pod's events ({e.status} {e.message})", file=err)
         events = []
-    for line in explain(pod, events, clock.now()):
+    for line in [*await task_layer(rest, pod, err), *explain(pod, events, clock.now())]:
         print(line, file=out)
     sentence = await quota_layer(rest, pod, namespace, err)
     if sentence:
         print(sentence, file=out)
     return 0
+
+
+async def run_target(
+    rest: Rest,
+    namespace: str,
+    target: str,
+    clock: Clock = SYSTEM_CLOCK,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+) -> int:
+    """`why POD`, `why pod/NAME` or `why bw/NAME` (2 for a target of another kind)."""
+    try:
+        kind, name = parse_target(target)
+    except ValueError as e:
+        print(f"error: {e}", file=err)
+        return 2
+    if kind == "batchworkload":
+        return await run_batch(rest, namespace, name, clock, out, err)
+    return await run(rest, namespace, name, clock, out, err)

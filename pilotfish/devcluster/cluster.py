@@ -154,6 +154,9 @@ def host_processes(layout: Layout, p: Ports) -> list[Component]:
                 str(layout.kubeconfig("operator")),
                 "--audit-log",
                 str(layout.logs / "gates-audit.jsonl"),
+                # Batch writes as the chart's pilotfish-batch (API Priority and Fairness).
+                "--batch-account",
+                names.SA_BATCH,
             ),
             Health(f"http://127.0.0.1:{p.operator_metrics}/healthz"),
             p.operator_metrics,

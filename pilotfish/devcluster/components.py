@@ -15,17 +15,19 @@ from typing import Any
 import yaml
 
 from pilotfish import names, ports
+from pilotfish.devcluster import stages
 from pilotfish.devcluster.pki import Pki
 
 SERVICE_CIDR = "10.96.0.0/16"
 # Upstream's node lifecycle controller is off locally; Pilotfish's `nodelifecycle` controller
 # lifts the not-ready scheduling taints instead (it does not detect lease silence yet).
 CONTROLLERS = "*,-node-lifecycle-controller"
+# Upstream's stages; batch tasks end by Pilotfish's own (`stages.task_stages`), not by
+# upstream's pod-complete, which ends every Job pod at once.
 KWOK_STAGES = (
     "node/fast/node-initialize.yaml",
     "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
     "pod/fast/pod-ready.yaml",
-    "pod/fast/pod-complete.yaml",
     "pod/fast/pod-delete.yaml",
 )
 # How long a fake node's lease lasts; kwok renews it at a fraction of this.
@@ -246,7 +248,8 @@ def admission_config(layout: Layout) -> dict[str, Any]:
 def kwok_config(stage_dir: Path, p: Ports) -> list[dict[str, Any]]:
     """kwok's configuration documents: options plus the stages that play kubelets.
 
-    kwok v0.8 has no built-in stages; the upstream stage documents ship beside the binary.
+    kwok v0.8 has no built-in stages; the upstream stage documents ship beside the binary,
+    and Pilotfish's task stages follow them.
     """
     docs: list[dict[str, Any]] = [
         {
@@ -269,6 +272,7 @@ def kwok_config(stage_dir: Path, p: Ports) -> list[dict[str, Any]]:
     ]
     for rel in KWOK_STAGES:
         docs.extend(d for d in yaml.safe_load_all((stage_dir / rel).read_text()) if d)
+    docs.extend(stages.task_stages())
     return docs
 
 
@@ -325,6 +329,9 @@ def control_plane(layout: Layout, p: Ports, bin_dir: Path) -> list[Component]:
             f"--audit-log-path={layout.logs / 'audit.log'}",
             "--audit-log-maxsize=200",
             "--audit-log-maxbackup=2",
+            # API Priority and Fairness, as on real clusters (the default, said out loud: the
+            # chart's FlowSchemas divide these 2400 seats between the priority levels).
+            "--enable-priority-and-fairness=true",
             "--max-requests-inflight=1600",
             "--max-mutating-requests-inflight=800",
             "--profiling=false",
@@ -414,10 +421,19 @@ AUDIT_POLICY: dict[str, Any] = {
             ],
         },
         {"level": "Metadata", "resources": [{"group": "pilotfish.io"}]},
+        # Jobs and their status, so the built-in Job controller's writes can be set beside a
+        # BatchWorkload's (benchmarks/batch_job).
+        {
+            "level": "Metadata",
+            "resources": [{"group": "batch", "resources": ["jobs", "jobs/status"]}],
+        },
         {
             "level": "Metadata",
             "resources": [
-                {"group": "", "resources": ["pods", "pods/binding", "pods/eviction", "nodes"]}
+                {
+                    "group": "",
+                    "resources": ["pods", "pods/status", "pods/binding", "pods/eviction", "nodes"],
+                }
             ],
         },
         {"level": "None"},

@@ -30,9 +30,10 @@ _SHORT = 96  # longer strings (a gate record, a message) are rarely shared
 _POD_SPEC = ("nodeName", "schedulingGates", "priority", "priorityClassName", "overhead")
 _POD_STATUS = ("phase", "reason", "podIP", "podIPs")
 # The pod conditions controllers read: Ready (serving, availability), PodScheduled (why a
-# pod waits) and the gate controller's own; the other kubelet conditions are a third of a
+# pod waits), DisruptionTarget (an evicted or preempted batch task is recreated, not counted
+# as failed) and the gate controller's own; the other kubelet conditions are a third of a
 # pod's status.
-_CONDITIONS = frozenset({"Ready", "PodScheduled", gates.POD_CONDITION})
+_CONDITIONS = frozenset({"Ready", "PodScheduled", "DisruptionTarget", gates.POD_CONDITION})
 _CONDITION = ("type", "status", "reason", "message", "lastTransitionTime")
 
 

@@ -16,6 +16,8 @@ pilotfish
 {{- define "pilotfish.extender.name" -}}pilotfish-extender{{- end }}
 {{- define "pilotfish.webhooks.name" -}}pilotfish-webhooks{{- end }}
 {{- define "pilotfish.scheduler.name" -}}pilotfish-scheduler{{- end }}
+{{/* The batch operator's writes are made as this account (names.SA_BATCH). */}}
+{{- define "pilotfish.batch.name" -}}pilotfish-batch{{- end }}
 
 {{/* Name of the second scheduler (pilotfish/names.py SCHEDULER_NAME), also its lease name. */}}
 {{- define "pilotfish.schedulerName" -}}pilotfish-scheduler{{- end }}

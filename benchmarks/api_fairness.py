@@ -1,0 +1,382 @@
+"""api_fairness: one team's flood of pod creates against another team's steady writes.
+
+The design's promise: "a runaway controller or a 100,000-task submission must not slow other
+teams' writes". One local control plane (ports +14000 by default, state in a temp dir),
+Pilotfish installed as `pilotfish dev up` installs it, with its FlowSchemas. Two tenant teams,
+namespaces team-a and team-b (labelled with their team), each bound to the built-in `edit`:
+team A is `--flood-users` people (one flow each without Pilotfish's schemas, one per team
+with them), team B one person. Both namespaces opt out of the admission webhooks
+(`pilotfish.io/webhooks: disabled`, as prod_under_burst does): the figure is about the API
+server's queues, and admission costs the same idle and in the flood.
+
+Per phase, WITH the FlowSchemas and then WITHOUT them (deleted, in the same run):
+1. idle: team B writes ConfigMaps (create, then update, alternately) one every `--interval`
+   seconds, `--idle-writes` of them;
+2. flood: team A creates `--pods` raw pods as fast as it can from `--flood-clients`
+   concurrent clients in `--flood-procs` processes (so this process's event loop, which
+   times team B, stays idle); team B keeps writing at the same pace until the last pod is in.
+   The pods carry a scheduling gate of their own, so no scheduler or kubelet work blurs the
+   API server's;
+3. every pod and ConfigMap is deleted and the phase waits until they are gone.
+Figure per phase: team B's write p99 during the flood / its idle p99 (target <= 1.5 with the
+FlowSchemas). Each phase also names the FlowSchema the API server put team B's writes in
+(X-Kubernetes-PF-FlowSchema-UID), and the load average at start and end is reported.
+
+Prints one JSON object and exits 0 whether or not the target is met. `--pods 1000` for a
+quick run on a small machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as `python benchmarks/api_fairness.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+from benchmarks import apf_metrics
+from benchmarks.common import create_namespace, emit, log, percentile, rounded, wait_for
+from benchmarks.pod_flood import FLOOD_LABEL, RETRIED, flood_plan, flood_worker
+from pilotfish import names
+from pilotfish.devcluster.cluster import ClusterSpec, running_cluster
+from pilotfish.kube.client import api_client
+from pilotfish.kube.rest import PODS, ApiError, Rest
+
+PORT_OFFSET = 14000
+TARGET = 1.5
+TEAMS = ("team-a", "team-b")
+FLOWCONTROL = "/apis/flowcontrol.apiserver.k8s.io/v1"
+SCHEMAS = (
+    "pilotfish-production",
+    "pilotfish-batch",
+    "pilotfish-batch-submissions",
+    "pilotfish-tenants",
+)
+LEVELS = ("pilotfish-production", "pilotfish-batch", "pilotfish-tenants")
+WATCHED_LEVELS = ("pilotfish-tenants", "global-default", "workload-low", "pilotfish-production")
+WRITES_LABEL = "bench.pilotfish.io/writes"
+
+
+# --- pure parts ----------------------------------------------------------------------------
+
+
+def team_users(team: str, count: int) -> list[str]:
+    return [f"{team}-user-{i}" for i in range(count)]
+
+
+def summary(values: list[float]) -> dict[str, float | int | None]:
+    return {
+        "count": len(values),
+        "p50_s": rounded(percentile(values, 50)),
+        "p90_s": rounded(percentile(values, 90)),
+        "p99_s": rounded(percentile(values, 99)),
+        "max_s": rounded(max(values) if values else None),
+    }
+
+
+def ratio(flood_p99: float | None, idle_p99: float | None) -> float | None:
+    """The figure; None when a phase measured nothing (it is reported, never guessed)."""
+    if not flood_p99 or not idle_p99:
+        return None
+    return round(flood_p99 / idle_p99, 3)
+
+
+def load_average() -> list[float]:
+    return [round(v, 2) for v in os.getloadavg()]
+
+
+# --- team B: steady writes, timed in this process --------------------------------------------
+
+
+@dataclass
+class Writer:
+    rest: Rest
+    namespace: str
+    prefix: str
+    latencies: list[float] = field(default_factory=list)
+    retries: int = 0
+    errors: int = 0
+    written: int = 0
+
+    async def write(self) -> None:
+        """One write: create a ConfigMap, or update the last one created (alternately)."""
+        i = self.written
+        path = f"/api/v1/namespaces/{self.namespace}/configmaps"
+        name = f"{self.prefix}-{i // 2}"
+        started = time.monotonic()
+        for attempt in range(20):
+            try:
+                if i % 2 == 0:
+                    meta = {"name": name, "labels": {WRITES_LABEL: "true"}}
+                    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
+                    await self.rest.create(path, body | {"data": {"v": "0"}})
+                else:
+                    await self.rest.patch(f"{path}/{name}", {"data": {"v": str(i)}})
+                break
+            except ApiError as e:
+                if e.status in RETRIED and attempt < 19:
+                    self.retries += 1
+                    await asyncio.sleep(0.05 * (attempt + 1))
+                    continue
+                self.errors += 1
+                break
+        self.latencies.append(time.monotonic() - started)
+        self.written += 1
+
+    async def steadily(self, interval: float, until: Callable[[], bool]) -> None:
+        """One write every `interval` seconds (on a fixed schedule, not after each answer)."""
+        next_slot = time.monotonic()
+        while not until():
+            await self.write()
+            next_slot += interval
+            delay = next_slot - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+async def setup(rest: Rest, flood_users: list[str], writer: str) -> None:
+    for team in TEAMS:
+        labels = {names.LABEL_TEAM: team, "pilotfish.io/webhooks": "disabled"}
+        await create_namespace(rest, team, labels)
+        users = flood_users if team == "team-a" else [writer]
+        await rest.create(
+            f"/apis/rbac.authorization.k8s.io/v1/namespaces/{team}/rolebindings",
+            {
+                "metadata": {"name": "edit"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "edit",
+                },
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u}
+                    for u in users
+                ],
+            },
+        )
+
+    async def may_write() -> bool:
+        try:
+            await rest.impersonating(writer).create(
+                "/api/v1/namespaces/team-b/configmaps",
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "probe"}},
+            )
+        except ApiError as e:
+            if e.status in (403, 404):
+                return False
+            raise
+        return True
+
+    await wait_for("team B's edit binding", may_write, within=60)
+
+
+async def classification(rest: Rest, user: str) -> dict[str, str | None]:
+    """The FlowSchema and priority level the API server puts `user`'s writes in now."""
+    resp = await rest.api.call_api(
+        "/api/v1/namespaces/team-b/configmaps/probe",
+        "PATCH",
+        header_params={"Impersonate-User": user, "Content-Type": "application/merge-patch+json"},
+        body={"data": {"probe": str(time.time())}},
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+        _return_http_data_only=True,
+    )
+    await resp.read()
+    by_uid: dict[str, str] = {}
+    for kind in ("flowschemas", "prioritylevelconfigurations"):
+        items, _ = await rest.list_pages(f"{FLOWCONTROL}/{kind}")
+        by_uid |= {i["metadata"]["uid"]: i["metadata"]["name"] for i in items}
+    schema = resp.headers.get("X-Kubernetes-PF-FlowSchema-UID")
+    level = resp.headers.get("X-Kubernetes-PF-PriorityLevel-UID")
+    return {"flowschema": by_uid.get(schema or ""), "priority_level": by_uid.get(level or "")}
+
+
+async def drain(rest: Rest) -> None:
+    """Delete every pod and ConfigMap of the phase; wait until they are gone."""
+    for team, kind, label in (
+        ("team-a", "pods", FLOOD_LABEL),
+        ("team-b", "configmaps", WRITES_LABEL),
+    ):
+        path = f"/api/v1/namespaces/{team}/{kind}"
+        await rest.request("DELETE", path, params={"labelSelector": f"{label}=true"})
+
+    async def gone() -> bool:
+        items, _ = await rest.list_pages(PODS.path("team-a"), {"limit": 1})
+        return not items
+
+    await wait_for("team A's pods to be deleted", gone, within=600, interval=1.0)
+
+
+async def phase(rest: Rest, kubeconfig: str, args: argparse.Namespace, tag: str) -> dict[str, Any]:
+    users = team_users("team-a", args.flood_users)
+    writer_user = team_users("team-b", 1)[0]
+    load_start = load_average()
+    seen = await classification(rest, writer_user)
+    log(f"{tag}: team B's writes are in {seen}")
+    idle = Writer(rest.impersonating(writer_user), "team-b", f"idle-{tag}")
+    await idle.steadily(args.interval, lambda: idle.written >= args.idle_writes)
+
+    ctx = mp.get_context("spawn")
+    ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    plan = flood_plan(args.pods, args.flood_procs, args.flood_clients, users)
+    procs = [
+        ctx.Process(target=flood_worker, args=(kubeconfig, "team-a", part, ready, go, results))
+        for part in plan
+    ]
+    for p in procs:
+        p.start()
+    loop = asyncio.get_running_loop()
+    for _ in procs:
+        await loop.run_in_executor(None, ready.get, True, 120)
+    log(f"{tag}: flood of {args.pods} pods from {args.flood_clients} clients; team B writes")
+    flooding = Writer(rest.impersonating(writer_user), "team-b", f"flood-{tag}")
+    apf_before = await apf_metrics.scrape(rest, WATCHED_LEVELS)
+    started = time.monotonic()
+    go.set()
+    done = asyncio.Event()
+    writes = asyncio.create_task(flooding.steadily(args.interval, done.is_set))
+    within = max(600.0, args.pods / 5)  # a worker that died would otherwise hang the run
+    parts = [await loop.run_in_executor(None, results.get, True, within) for _ in procs]
+    flood_seconds = time.monotonic() - started
+    done.set()
+    await writes
+    apf = apf_metrics.delta(apf_before, await apf_metrics.scrape(rest, WATCHED_LEVELS))
+    for p in procs:
+        p.join(timeout=30)
+    load_end = load_average()
+    log(f"{tag}: flood done in {flood_seconds:.1f}s; deleting")
+    await drain(rest)
+    created = sum(p["created"] for p in parts)
+    idle_p99 = summary(idle.latencies)["p99_s"]
+    flood_p99 = summary(flooding.latencies)["p99_s"]
+    return {
+        "team_b_classified_as": seen,
+        "load_average": {"start": load_start, "end": load_end},
+        "team_b_idle_writes": summary(idle.latencies)
+        | {"retries_429_5xx": idle.retries, "errors": idle.errors},
+        "team_b_writes_during_flood": summary(flooding.latencies)
+        | {"retries_429_5xx": flooding.retries, "errors": flooding.errors},
+        "apf_during_flood_by_level": apf,
+        "team_a_flood": {
+            "pods_requested": args.pods,
+            "pods_created": created,
+            "seconds": round(flood_seconds, 2),
+            "creates_per_second": round(created / flood_seconds, 1) if flood_seconds else None,
+            "retries_429_5xx": sum(p["retries"] for p in parts),
+            "errors": sum(p["errors"] for p in parts),
+            "first_error": next((p["first_error"] for p in parts if p["first_error"]), None),
+        },
+        "ratio": ratio(
+            float(flood_p99) if flood_p99 is not None else None,
+            float(idle_p99) if idle_p99 is not None else None,
+        ),
+    }
+
+
+async def tune_tenants_level(rest: Rest, args: argparse.Namespace) -> dict[str, Any]:
+    """The chart's pilotfish-tenants level, or one with the shares and borrowing cap asked for
+    (--tenants-shares, --tenants-borrowing: to find out where fairness starts to bite)."""
+    path = f"{FLOWCONTROL}/prioritylevelconfigurations/pilotfish-tenants"
+    limited: dict[str, Any] = {}
+    if args.tenants_shares is not None:
+        limited["nominalConcurrencyShares"] = args.tenants_shares
+    if args.tenants_borrowing is not None:
+        limited["borrowingLimitPercent"] = args.tenants_borrowing
+    if limited:
+        await rest.patch(path, {"spec": {"limited": limited}})
+    level = await rest.get(path)
+    spec: dict[str, Any] = level["spec"]["limited"]
+    return {k: v for k, v in spec.items() if k != "limitResponse"}
+
+
+async def remove_flow_control(rest: Rest) -> None:
+    """The WITHOUT phase: Pilotfish's FlowSchemas and levels gone; the built-ins remain."""
+    for name in SCHEMAS:
+        await rest.delete(f"{FLOWCONTROL}/flowschemas/{name}")
+    for name in LEVELS:
+        await rest.delete(f"{FLOWCONTROL}/prioritylevelconfigurations/{name}")
+
+
+async def measure(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
+    api = await api_client(kubeconfig)
+    rest = Rest(api)  # the admin: exempt, for setup and clean-up only
+    try:
+        await setup(rest, team_users("team-a", args.flood_users), team_users("team-b", 1)[0])
+        tuned = await tune_tenants_level(rest, args)
+        with_ = await phase(rest, kubeconfig, args, "with") | {"tenants_level": tuned}
+        await remove_flow_control(rest)
+        writer = team_users("team-b", 1)[0]
+
+        async def tenants_schema_gone() -> bool:
+            return (await classification(rest, writer))["flowschema"] != "pilotfish-tenants"
+
+        await wait_for("the API server to drop Pilotfish's FlowSchemas", tenants_schema_gone, 60)
+        without = await phase(rest, kubeconfig, args, "without")
+    finally:
+        await api.close()
+    return {"with_flowschemas": with_, "without_flowschemas": without}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--pods", type=int, default=10_000, help="team A's raw pod creates")
+    p.add_argument("--flood-clients", type=int, default=64, help="team A's concurrent requests")
+    p.add_argument("--flood-procs", type=int, default=4, help="processes team A's clients use")
+    p.add_argument("--flood-users", type=int, default=16, help="team A's distinct users")
+    p.add_argument("--interval", type=float, default=0.05, help="seconds between team B writes")
+    p.add_argument("--idle-writes", type=int, default=200, help="team B's writes while idle")
+    p.add_argument("--tenants-shares", type=int, help="override the tenants level's shares")
+    p.add_argument("--tenants-borrowing", type=int, help="override its borrowingLimitPercent")
+    p.add_argument("--nodes", type=int, default=3)
+    p.add_argument("--port-offset", type=int, default=PORT_OFFSET)
+    p.add_argument("--state", help="state directory (default: a fresh temp dir, removed after)")
+    args = p.parse_args(argv)
+    state = Path(args.state) if args.state else Path(tempfile.mkdtemp(prefix="pilotfish-apf-"))
+    spec = ClusterSpec(nodes=args.nodes, port_offset=args.port_offset)
+    inputs = {k: v for k, v in vars(args).items() if k != "state"} | {
+        "machine_cpus": os.cpu_count()
+    }
+    load_start = load_average()
+    result: dict[str, Any] = {"benchmark": "api_fairness", "inputs": inputs}
+    try:
+        log(f"starting a {args.nodes}-node cluster in {state}")
+        with running_cluster(state, spec) as layout:
+            raw = asyncio.run(measure(str(layout.admin_kubeconfig), args))
+        with_, without = raw["with_flowschemas"]["ratio"], raw["without_flowschemas"]["ratio"]
+        result |= {
+            "raw": raw,
+            "ratios": {
+                "team_b_write_p99_flood_over_idle_with_flowschemas": with_,
+                "team_b_write_p99_flood_over_idle_without_flowschemas": without,
+            },
+            "targets": {"team_b_write_p99_flood_over_idle_with_flowschemas": f"<= {TARGET}"},
+            "met": with_ is not None and with_ <= TARGET,
+        }
+    except Exception as exc:  # one JSON object whatever happens
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        if not args.state:
+            shutil.rmtree(state, ignore_errors=True)
+    result["load_average"] = {"start": load_start, "end": load_average()}
+    emit(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""A tenant's flood of raw pod creates, from worker processes (benchmarks/api_fairness.py).
+
+In processes of their own so that the process timing the other team's writes has an idle event
+loop: what it measures is the API server's answer, not its own backlog. Each worker holds a
+connection per concurrent client and spreads its clients over the team's users.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from pilotfish.kube.rest import PODS, ApiError, Rest
+
+HOLD_GATE = "bench.pilotfish.io/hold"  # not a Pilotfish gate: nothing ever releases it
+FLOOD_LABEL = "bench.pilotfish.io/flood"
+RETRIED = (429, 500, 503, 504)
+
+
+def flood_plan(pods: int, procs: int, clients: int, users: list[str]) -> list[dict[str, Any]]:
+    """Split the flood between worker processes: every pod index exactly once, `clients`
+    concurrent requests in all, every user in some worker."""
+    procs = max(1, min(procs, clients, pods))
+    plan = []
+    for w in range(procs):
+        plan.append(
+            {
+                "indexes": list(range(w, pods, procs)),
+                "concurrency": clients // procs + (1 if w < clients % procs else 0),
+                "users": users[w::procs] or [users[w % len(users)]],
+            }
+        )
+    return plan
+
+
+def flood_pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {FLOOD_LABEL: "true"}},
+        "spec": {
+            "schedulingGates": [{"name": HOLD_GATE}],
+            "containers": [{"name": "task", "image": "example/task:1"}],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+
+
+@dataclass
+class Tally:
+    created: int = 0
+    retries: int = 0
+    errors: int = 0
+    first_error: str = ""
+
+
+def flood_worker(
+    kubeconfig: str,
+    namespace: str,
+    part: dict[str, Any],
+    ready: Any,
+    go: Any,
+    results: Any,
+) -> None:
+    """One process of the flood: connect, say ready, wait for the start, create its pods."""
+    results.put(asyncio.run(_flood(kubeconfig, namespace, part, ready, go)))
+
+
+async def _flood(
+    kubeconfig: str, namespace: str, part: dict[str, Any], ready: Any, go: Any
+) -> dict[str, Any]:
+    cfg = k8s_client.Configuration()
+    await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    cfg.connection_pool_maxsize = part["concurrency"] + 4  # a connection per client
+    api = k8s_client.ApiClient(configuration=cfg)
+    clients = [Rest(api).impersonating(u) for u in part["users"]]
+    indexes: list[int] = list(part["indexes"])
+    out = Tally()
+    path = PODS.path(namespace)
+    ready.put(os.getpid())
+    await asyncio.get_running_loop().run_in_executor(None, go.wait)
+
+    async def client(k: int) -> None:
+        rest = clients[k % len(clients)]
+        while indexes:
+            body = flood_pod(f"a-{indexes.pop()}")
+            for attempt in range(20):
+                try:
+                    await rest.create(path, body)
+                    out.created += 1
+                    break
+                except ApiError as e:
+                    if e.status in RETRIED and attempt < 19:
+                        out.retries += 1
+                        await asyncio.sleep(0.05 * (attempt + 1))
+                        continue
+                    out.errors += 1
+                    out.first_error = out.first_error or str(e)
+                    break
+
+    try:
+        await asyncio.gather(*(client(k) for k in range(part["concurrency"])))
+    finally:
+        await api.close()
+    return dataclasses.asdict(out)

@@ -1,0 +1,68 @@
+"""Production first: while a production pod waits for placement, no batch pod is created.
+
+Pacing batch to the scheduler's bind rate still uses the whole control plane's throughput
+(on a small cluster, the API server's CPU): production pods created meanwhile wait many
+times their idle created→bound time. So batch yields on its own: the pod informer the batch
+controller already has shows every pod, and this keeps the production pods waiting for
+placement right now (band label `production` or the production PriorityClass; not bound,
+not gated, not ended, not being deleted). While any is waiting, every BatchWorkload holds
+its creates (deletes and status writes go on); when the last one binds, every held job is
+synced at once.
+
+A waiting pod counts only for `MAX_WAIT_SECONDS` after this process first saw it (on the
+monotonic clock): one unschedulable production pod must not stop batch forever. Its first
+sighting is kept while it stays unplaced, so a relist or an update does not restart it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from pilotfish import names
+
+MAX_WAIT_SECONDS: Final = 30.0
+PRODUCTION: Final = "production"
+PRODUCTION_CLASS: Final = names.PRIORITY_CLASS[PRODUCTION]
+
+
+def waiting_for_placement(pod: Mapping[str, Any]) -> bool:
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    production = (meta.get("labels") or {}).get(names.LABEL_BAND) == PRODUCTION or spec.get(
+        "priorityClassName"
+    ) == PRODUCTION_CLASS
+    return (
+        production
+        and not spec.get("nodeName")
+        and not spec.get("schedulingGates")
+        and phase not in ("Succeeded", "Failed")
+        and not meta.get("deletionTimestamp")
+    )
+
+
+class ProductionWaiting:
+    """The production pods waiting for placement, by key, with when each was first seen."""
+
+    def __init__(self, max_wait: float = MAX_WAIT_SECONDS) -> None:
+        self.max_wait = max_wait
+        self._since: dict[str, float] = {}
+
+    def observe(self, key: str, pod: Mapping[str, Any] | None, now: float) -> bool:
+        """Account one pod event (`pod` None: deleted). True when the pod stopped waiting
+        and no other waits any more: the moment held jobs go on."""
+        if pod is not None and waiting_for_placement(pod):
+            self._since.setdefault(key, now)
+            return False
+        if self._since.pop(key, None) is None:
+            return False
+        return self.count(now) == 0
+
+    def count(self, now: float) -> int:
+        return sum(1 for at in self._since.values() if now - at < self.max_wait)
+
+    def until_aged_out(self, now: float) -> float | None:
+        """Seconds until the last waiting pod stops counting (None: none counts now)."""
+        ages = [at + self.max_wait - now for at in self._since.values() if now - at < self.max_wait]
+        return max(ages) if ages else None

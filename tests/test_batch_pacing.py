@@ -1,0 +1,160 @@
+"""Pacing: a job never has more unbound pods than its limit, the limit follows the bind
+rate, creates start slow and stop at the first refusal, and `creationRate` holds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pilotfish.api.batchworkload import BatchWorkload
+from pilotfish.operators.batchworkload.decide import decide
+from pilotfish.operators.batchworkload.model import Observed, Pace, Task
+from pilotfish.operators.batchworkload.pacing import (
+    BACKOFF_MAX_SECONDS,
+    MAX_IN_FLIGHT,
+    MIN_IN_FLIGHT,
+    BindRate,
+    backoff_seconds,
+    in_flight_limit,
+    slow_start,
+)
+from pilotfish.timeutil import FakeClock
+from tests.batch_harness import Cluster, World, batch, start
+
+
+async def world(spec: dict[str, Any]) -> World:
+    return await start(Cluster(), FakeClock(), create=spec)
+
+
+def test_the_limit_is_the_bind_rate_over_a_few_seconds_within_bounds() -> None:
+    assert in_flight_limit(0.0) == MIN_IN_FLIGHT
+    assert in_flight_limit(50.0) == 100  # 2 s of binds: headroom left for production
+    assert in_flight_limit(10_000.0) == MAX_IN_FLIGHT
+    rate = BindRate(started=0.0)
+    for i in range(100):
+        rate.bound(5.0 + i * 0.05)  # 100 binds between 5 s and 10 s
+    assert rate.per_second(10.0) == 10.0
+    assert rate.per_second(30.0) == 0.0  # nothing within the window any more
+
+
+def test_slow_start_doubles_and_backoff_doubles_to_a_cap() -> None:
+    assert slow_start(20, 100) == [1, 2, 4, 8, 5]
+    assert slow_start(100, 16) == [1, 2, 4, 8, 16, 16, 16, 16, 16, 5]
+    assert [backoff_seconds(n, 10.0) for n in (1, 2, 3)] == [10.0, 20.0, 40.0]
+    assert backoff_seconds(30, 10.0) == BACKOFF_MAX_SECONDS
+
+
+async def test_unbound_pods_never_exceed_the_limit_and_it_grows_with_binds() -> None:
+    w = await world(batch(completions=2000, parallelism=2000))
+    try:
+        for _ in range(3):  # nothing binds: the job stays at the minimum
+            await w.converge()
+            w.clock.advance(1)
+        assert len(w.api.unbound()) == MIN_IN_FLIGHT
+        assert w.api.status()["pacing"]["inFlight"] == MIN_IN_FLIGHT
+        limits = []
+        for _ in range(16):  # the scheduler binds everything each half second
+            for p in w.api.unbound():
+                w.api.bind(p["metadata"]["name"])
+            w.clock.advance(0.5)
+            await w.converge()
+            limit = w.api.status()["pacing"]["limit"]
+            limits.append(limit)
+            assert len(w.api.unbound()) <= limit <= MAX_IN_FLIGHT
+        assert limits[-1] > 4 * MIN_IN_FLIGHT
+        assert w.api.status()["pacing"]["bindsPerSecond"] > 0
+    finally:
+        await w.stop()
+
+
+async def test_a_refused_create_costs_one_call() -> None:
+    w = await world(batch(completions=50, parallelism=50))
+    try:
+        w.api.fail_next("POST", "/pods", 403)
+        result = await w.step()
+        assert result.retry
+        assert len(w.api.creates()) == 1
+        assert "FailedCreate" in {e["reason"] for e in await w.events()}
+        await w.converge()
+        assert len(w.api.live()) == MIN_IN_FLIGHT
+    finally:
+        await w.stop()
+
+
+async def test_creation_rate_caps_creates_per_second() -> None:
+    w = await world(batch(completions=100, parallelism=100, creationRate=2.0))
+    try:
+        result = await w.converge()
+        assert len(w.api.creates()) == 2
+        assert result.after is not None and 0 < result.after <= 1.1
+        w.clock.advance(1.0)
+        await w.converge()
+        assert len(w.api.creates()) == 4
+    finally:
+        await w.stop()
+
+
+def observed(
+    spec: dict[str, Any], status: dict[str, Any], tasks: list[Task], limit: int
+) -> Observed:
+    bw = batch(**spec)
+    bw["metadata"] |= {"uid": "u1", "resourceVersion": "7", "generation": 1}
+    bw["status"] = status
+    return Observed(
+        key="ns/job",
+        bw=bw,
+        model=BatchWorkload.model_validate(bw),
+        tasks=tuple(tasks),
+        pace=Pace(limit=limit, binds_per_second=0.0),
+        now="2026-01-01T00:00:00Z",
+        mono=100.0,
+    )
+
+
+def task(index: int, phase: str = "Running", *, bound: bool = True) -> Task:
+    return Task(
+        name=f"job-{index}-0",
+        uid=f"uid-{index}",
+        index=index,
+        attempt=0,
+        failures=0,
+        phase=phase,
+        bound=bound,
+        gang_gated=False,
+        finalizers=("pilotfish.io/batch-tracking",),
+        terminating=False,
+        disrupted=False,
+    )
+
+
+def test_a_hundred_thousand_task_job_takes_the_lowest_missing_indexes() -> None:
+    """Half done with stragglers: the sync picks the lowest indexes with no pod, as many as
+    the limit allows, and its status stays a few bytes."""
+    status = {"completedIndexes": "0-49999,50003-59999", "succeeded": 59997}
+    tasks = [task(50_000), task(60_000, bound=False), task(60_001, "Succeeded")]
+    plan = decide(observed({"completions": 100_000, "parallelism": 100_000}, status, tasks, 5))
+    assert [c.index for c in plan.creates] == [50_001, 50_002, 60_002, 60_003]  # 5 - 1 unbound
+    assert plan.status is not None
+    written = plan.status.status
+    assert written["completedIndexes"] == "0-49999,50003-59999,60001"
+    assert written["succeeded"] == 59_998
+    assert written["waiting"] == 100_000 - 59_998 - 2
+    assert len(str(written)) < 1_000
+
+
+async def test_syncs_of_a_busy_job_are_coalesced_but_not_its_completion() -> None:
+    w = await start(
+        Cluster(), FakeClock(), sync_interval=10.0, create=batch(completions=4, parallelism=4)
+    )
+    try:
+        await w.step()
+        assert len(w.api.live()) == 4
+        writes = len(w.api.writes())
+        w.api.bind("job-0-0")
+        result = await w.step()
+        assert result.after is not None and 9.0 < result.after <= 10.0
+        assert len(w.api.writes()) == writes  # nothing written between syncs
+        w.api.run_all()  # the last tasks succeed: the job may be complete, synced now
+        await w.step()
+        assert w.api.condition("Complete") == ("True", "Completed")
+    finally:
+        await w.stop()

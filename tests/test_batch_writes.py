@@ -193,3 +193,37 @@ async def test_the_controller_reads_the_backoff_setting(monkeypatch: pytest.Monk
     rt = Runtime.build(Cluster(), clock=FakeClock(), resync_seconds=None)
     assert BatchWorkloadController(rt).backoff_base == 2.0
     assert BatchWorkloadController(rt, backoff_base=7.0).backoff_base == 7.0
+
+
+async def test_terminal_pods_go_at_once_and_live_ones_keep_their_grace() -> None:
+    """Recorded terminal pods are deleted with grace 0 (nothing runs on their node; the
+    kubelet's own final delete would be a write per task); a suspended job's running pods
+    are deleted with their grace period, so their node stops them first."""
+    w = await world(batch(completions=4, parallelism=2), backoff_base=0.0)
+    try:
+        await w.converge()
+        first, second = sorted(p["metadata"]["name"] for p in w.api.live())
+        w.api.bind(first)
+        w.api.bind(second)
+        w.api.finish(first)
+        await w.converge()
+        collections = [
+            c for c in w.api.writes() if c.method == "DELETE" and c.path.endswith("/pods")
+        ]
+        assert collections, "no deletecollection for the recorded pod"
+        forced = collections[0]
+        assert forced.body == {"gracePeriodSeconds": 0}
+        assert "status.phase!=Running" in forced.params["fieldSelector"]
+        assert first not in {p["metadata"]["name"] for p in w.api.pods_of()}
+        before = len(w.api.calls)
+        w.api.edit_spec(suspend=True)
+        await w.converge()
+        graceful = [
+            c
+            for c in w.api.calls[before:]
+            if c.method == "DELETE" and c.path.endswith("/pods") and c.body is None
+        ]
+        assert graceful, "a suspended job's running pod was not deleted gracefully"
+        assert graceful[0].params["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"
+    finally:
+        await w.stop()

@@ -50,6 +50,8 @@ AMBIGUOUS_STATUS: Final = frozenset({504})
 EVENT_CREATE_FAILED: Final = "FailedCreate"
 # Added to timed wake-ups so the moment waited for has passed when they fire.
 WAKE_SLACK_SECONDS: Final = 0.05
+TERMINAL_PHASES: Final = "status.phase!=Pending,status.phase!=Running,status.phase!=Unknown"
+LIVE_PHASES: Final = "status.phase!=Succeeded,status.phase!=Failed"
 # The NamespaceLifecycle admission plugin's refusal of a create in a namespace being deleted.
 NAMESPACE_TERMINATING: Final = "NamespaceTerminating"
 _LABEL_PATH: Final = "/metadata/labels/" + LABEL_TASK_RECORDED.replace("~", "~0").replace("/", "~1")
@@ -237,10 +239,25 @@ class Executor:
         meta = plan.bw["metadata"]
         ns = meta["namespace"]
         selector = f"{LABEL_BATCH}={meta['name']},{LABEL_TASK_RECORDED}=true"
+        chosen = (*plan.collect, *rnd.labelled)
         try:
+            # Terminal pods go at once (grace 0, as kube-controller-manager's PodGC deletes
+            # them): their containers have stopped, and the kubelet's own final delete of
+            # each would be one more write per task. Live ones (a suspended or ended job's)
+            # get their grace period, so their node stops them first.
             out = await self.rest.request(
-                "DELETE", PODS.path(ns), params={"labelSelector": selector}
+                "DELETE",
+                PODS.path(ns),
+                params={"labelSelector": selector, "fieldSelector": TERMINAL_PHASES},
+                body={"gracePeriodSeconds": 0},
             )
+            if any(not r.terminal for r in chosen):
+                live = await self.rest.request(
+                    "DELETE",
+                    PODS.path(ns),
+                    params={"labelSelector": selector, "fieldSelector": LIVE_PHASES},
+                )
+                out = {"items": [*(out.get("items") or []), *(live.get("items") or [])]}
         except ApiError as e:
             if e.status in REFUSED:
                 rnd.refused("deletecollection", e)

@@ -54,6 +54,7 @@ class Removal:
     finalizers: tuple[str, ...]
     delete: bool
     why: str
+    terminal: bool = True  # Succeeded or Failed: nothing left to stop on its node
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ class Plan:
 
 
 def _removal(t: Task, why: str, *, delete: bool = True) -> Removal:
-    return Removal(t.name, t.uid, t.finalizers, delete, why)
+    return Removal(t.name, t.uid, t.finalizers, delete, why, t.terminal)
 
 
 def record(o: Observed, d: Durable) -> Recorded:

@@ -158,3 +158,29 @@ async def test_syncs_of_a_busy_job_are_coalesced_but_not_its_completion() -> Non
         assert w.api.condition("Complete") == ("True", "Completed")
     finally:
         await w.stop()
+
+
+def test_slow_start_carries_over_from_a_sync_whose_creates_all_succeeded() -> None:
+    assert slow_start(20, 100, first=8) == [8, 12]
+    assert slow_start(3, 100, first=0) == [1, 2]
+    assert slow_start(50, 16, first=64) == [16, 16, 16, 2]
+
+
+async def test_the_next_sync_starts_where_a_clean_one_left_off_and_a_refusal_resets() -> None:
+    w = await world(batch(completions=100, parallelism=100))
+    key = "ns/job"
+    try:
+        await w.step()
+        made = len(w.api.creates())
+        assert made > 1
+        assert w.ctrl.executor.next_batch[key] > 1  # proven: no restart at 1
+        for p in w.api.live():
+            w.api.bind(p["metadata"]["name"])
+        w.api.fail_next("POST", "/pods", 422)
+        w.clock.advance(5.0)
+        await w.step()
+        # The sync's first batch went out whole (carried over, not 1) and met the refusal.
+        assert len(w.api.creates()) - made > 1
+        assert key not in w.ctrl.executor.next_batch  # back to 1
+    finally:
+        await w.stop()

@@ -100,6 +100,9 @@ class Executor:
         self.rest = rest
         self.writes = writes
         self.events = events
+        # Per job, the slow-start batch size its next sync starts at: doubled while every
+        # create succeeds, back to 1 at the first refusal.
+        self.next_batch: dict[str, int] = {}
 
     async def apply(self, plan: Plan) -> Applied:
         rnd = _Round()
@@ -194,11 +197,14 @@ class Executor:
         if gang and not all(await bounded([_bind(self._create, plan, c, rnd) for c in gang])):
             return
         start = 0
-        for size in slow_start(len(rest), MAX_PARALLEL_WRITES * 4):
+        cap = MAX_PARALLEL_WRITES * 4
+        for size in slow_start(len(rest), cap, self.next_batch.get(plan.key, 1)):
             batch = rest[start : start + size]
             start += size
             if not all(await bounded([_bind(self._create, plan, c, rnd) for c in batch])):
+                self.next_batch.pop(plan.key, None)
                 return
+            self.next_batch[plan.key] = min(cap, size * 2)
 
     async def _create(self, plan: Plan, c: Create, rnd: _Round) -> bool:
         bw = plan.bw

@@ -140,7 +140,10 @@ class BatchWorkloadController:
     # Observe ------------------------------------------------------------------------------
 
     def _on_workload(self, kind: str, obj: Obj, _old: Obj | None) -> None:
-        self.queue.add(object_key(obj))
+        key = object_key(obj)
+        if kind == "DELETED":
+            self.executor.next_batch.pop(key, None)
+        self.queue.add(key)
 
     def _on_namespace(self, kind: str, obj: Obj, _old: Obj | None) -> None:
         name = str((obj.get("metadata") or {}).get("name") or "")

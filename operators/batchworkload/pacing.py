@@ -94,11 +94,15 @@ def backoff_seconds(failures: int, base: float = BACKOFF_BASE_SECONDS) -> float:
     return float(min(BACKOFF_MAX_SECONDS, base * 2**exponent))
 
 
-def slow_start(total: int, cap: int) -> list[int]:
+def slow_start(total: int, cap: int, first: int = 1) -> list[int]:
     """Batch sizes for `total` creates: 1, 2, 4, ... (each at most `cap`), as the Job and
-    ReplicaSet controllers do, so a template the API refuses costs one call, not `total`."""
+    ReplicaSet controllers do, so a template the API refuses costs one call, not `total`.
+
+    `first` carries the doubling over from the job's last sync when every create of it
+    succeeded: the template has been proven, and restarting at 1 every sync would make a
+    long job's creation a chain of round trips per sync (the scheduler then runs dry)."""
     out: list[int] = []
-    batch = 1
+    batch = max(1, min(first, cap))
     while total > 0:
         size = min(batch, total, cap)
         out.append(size)

@@ -212,7 +212,9 @@ async def drain(rest: Rest) -> None:
         ("team-b", "configmaps", WRITES_LABEL),
     ):
         path = f"/api/v1/namespaces/{team}/{kind}"
-        await rest.request("DELETE", path, params={"labelSelector": f"{label}=true"})
+        await rest.request(
+            "DELETE", path, params={"labelSelector": f"{label}=true"}, request_timeout=600
+        )
 
     async def gone() -> bool:
         items, _ = await rest.list_pages(PODS.path("team-a"), {"limit": 1})

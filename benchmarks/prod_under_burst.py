@@ -154,7 +154,8 @@ class Run:
         figures_["batch_all_bound_after_s"] = round(all_bound, 2)
         figures_["batch_bound_per_second"] = round(a.batch / all_bound, 2)
         log("raw burst: all bound; removing its pods")
-        await self.batch.request("DELETE", PODS.path(BATCH_NS))
+        # Thousands of pods: the API server answers when all are deleted, well past 30 s.
+        await self.batch.request("DELETE", PODS.path(BATCH_NS), request_timeout=600)
 
         async def gone() -> bool:
             items, _ = await self.batch.list_pages(PODS.path(BATCH_NS))

@@ -187,6 +187,27 @@ INVALID: list[tuple[str, type[Resource], dict[str, Any], str, bool]] = [
     ("bw-zero-rate", BatchWorkload, batch_workload_spec(creationRate=0), "0", False),
     ("bw-zero-gang", BatchWorkload, batch_workload_spec(gang=0), "1", False),
     (
+        "bw-huge-completions",
+        BatchWorkload,
+        batch_workload_spec(completions=1_000_001),
+        "1000000",
+        False,
+    ),
+    (
+        "bw-huge-parallelism",
+        BatchWorkload,
+        batch_workload_spec(parallelism=100_001),
+        "100000",
+        False,
+    ),
+    (
+        "bw-huge-gang",
+        BatchWorkload,
+        batch_workload_spec(completions=5000, parallelism=5000, gang=1001),
+        "1000",
+        False,
+    ),
+    (
         "bw-gang-above-completions",
         BatchWorkload,
         batch_workload_spec(completions=4, parallelism=8, gang=5),

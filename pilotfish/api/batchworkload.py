@@ -56,8 +56,12 @@ class BatchWorkloadSpec(ApiModel):
         ),
     )
 
-    completions: int = Field(ge=1, description="Pods that must succeed for the job to complete.")
-    parallelism: int = Field(default=1, ge=1, description="Pods that may run at once.")
+    # Upper bounds: a job ten times the design's largest (100,000 tasks), and a gang the
+    # operator creates in one sync, so no spec makes a sync unbounded.
+    completions: int = Field(
+        ge=1, le=1_000_000, description="Pods that must succeed for the job to complete."
+    )
+    parallelism: int = Field(default=1, ge=1, le=100_000, description="Pods that may run at once.")
     template: PodTemplate = Field(description="The pods to run.")
     band: Band = Field(
         default="batch",
@@ -88,6 +92,7 @@ class BatchWorkloadSpec(ApiModel):
     gang: int | None = Field(
         default=None,
         ge=1,
+        le=1000,
         description="Pods released to the scheduler together, all or none; no gang when unset.",
     )
     suspend: bool = Field(

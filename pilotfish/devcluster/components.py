@@ -330,10 +330,13 @@ def control_plane(layout: Layout, p: Ports, bin_dir: Path) -> list[Component]:
             "--audit-log-maxsize=200",
             "--audit-log-maxbackup=2",
             # API Priority and Fairness, as on real clusters (the default, said out loud: the
-            # chart's FlowSchemas divide these 2400 seats between the priority levels).
+            # chart's FlowSchemas divide these seats between the priority levels). 600 seats,
+            # Kubernetes' defaults: sized for two cores, so a tenant's flood is held to its
+            # level's share instead of every request getting a seat and the CPU deciding
+            # (api_fairness: 2,400 seats queued nothing).
             "--enable-priority-and-fairness=true",
-            "--max-requests-inflight=1600",
-            "--max-mutating-requests-inflight=800",
+            "--max-requests-inflight=400",
+            "--max-mutating-requests-inflight=200",
             "--profiling=false",
             "--v=1",
         ),

@@ -11,6 +11,7 @@ Where the cluster comes from:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -223,14 +224,12 @@ def _kind_env() -> Iterator[Env]:
         kc.delete()
 
 
-@pytest.fixture
-def namespace(env: Env, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh tenant namespace for one test, labelled with a team whose TeamQuota grants
-    every band without limits; deleted afterwards."""
-    base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
-    name = f"e2e-{base}-{hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]}"
+@contextlib.contextmanager
+def team_namespace(env: Env, name: str, team: str = "e2e") -> Iterator[str]:
+    """A tenant namespace labelled with `team`, whose TeamQuota grants every band without
+    limits, ready for pods (its default ServiceAccount exists); deleted afterwards."""
     core = k8s.CoreV1Api(env.api)
-    core.create_namespace({"metadata": {"name": name, "labels": {names.LABEL_TEAM: "e2e"}}})
+    core.create_namespace({"metadata": {"name": name, "labels": {names.LABEL_TEAM: team}}})
     wait_until(
         f"the default ServiceAccount in {name}",
         lambda: core.read_namespaced_service_account("default", name),
@@ -238,7 +237,7 @@ def namespace(env: Env, request: pytest.FixtureRequest) -> Iterator[str]:
     )
     from e2e.teams import open_quota  # it needs Env and wait_until from here
 
-    open_quota(env, "e2e", name)
+    open_quota(env, team, name)
     try:
         yield name
     finally:
@@ -247,6 +246,15 @@ def namespace(env: Env, request: pytest.FixtureRequest) -> Iterator[str]:
         except ApiException as e:
             if e.status != 404:
                 raise
+
+
+@pytest.fixture
+def namespace(env: Env, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh tenant namespace for one test (`team_namespace`)."""
+    base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+    name = f"e2e-{base}-{hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]}"
+    with team_namespace(env, name) as ns:
+        yield ns
 
 
 @dataclass(frozen=True)

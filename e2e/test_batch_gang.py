@@ -21,8 +21,8 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from e2e.conftest import Env, Tenant, tenant_of, wait_until
-from e2e.teams import open_quota, own_team
+from e2e.conftest import Env, Tenant, team_namespace, tenant_of, wait_until
+from e2e.teams import own_team
 from pilotfish import gates, names, workloads
 from pilotfish.operators.gates.model import ANNOTATION_RELEASED
 
@@ -183,19 +183,8 @@ def test_a_tenant_cannot_carry_the_gang_gate_without_the_owner(env: Env, ns: str
 def other_ns(env: Env, request: pytest.FixtureRequest) -> Iterator[Tenant]:
     """A second tenant namespace (another team's), with its tenant."""
     digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]
-    name = f"e2e-gang-other-{digest}"
-    core = k8s.CoreV1Api(env.api)
-    core.create_namespace({"metadata": {"name": name, "labels": {names.LABEL_TEAM: "e2e"}}})
-    wait_until(
-        f"the default ServiceAccount in {name}",
-        lambda: core.read_namespaced_service_account("default", name),
-        timeout=60,
-    )
-    open_quota(env, "e2e", name)
-    try:
+    with team_namespace(env, f"e2e-gang-other-{digest}") as name:
         yield tenant_of(env, name)
-    finally:
-        core.delete_namespace(name)
 
 
 def test_a_forged_owner_reference_only_harms_the_forgers_pod(

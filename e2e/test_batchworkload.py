@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e import batch, taskwatch
 from e2e.batch import Outcome, job, pods_left
-from e2e.conftest import Env, Tenant, tenant_of, wait_until
+from e2e.conftest import Env, Tenant, team_namespace, tenant_of, wait_until
 from e2e.teams import own_team
 from pilotfish import gates, names
 from pilotfish.operators.gates import audit
@@ -384,13 +384,8 @@ def test_parallelism_above_completions_is_accepted_and_get_bw_shows_progress(
 @pytest.fixture
 def stranger(env: Env, namespace: str) -> Iterator[Tenant]:
     """The tenant of another namespace."""
-    other = f"{namespace[:50]}-other"
-    core = k8s.CoreV1Api(env.api)
-    core.create_namespace({"metadata": {"name": other, "labels": {names.LABEL_TEAM: TEAM}}})
-    try:
+    with team_namespace(env, f"{namespace[:50]}-other", TEAM) as other:
         yield tenant_of(env, other)
-    finally:
-        core.delete_namespace(other)
 
 
 def test_a_tenant_of_another_namespace_can_neither_read_nor_write_the_job(

@@ -34,7 +34,7 @@ from pilotfish import metrics
 from pilotfish.kube.events import ControllerEvents
 from pilotfish.kube.ownwrites import OwnWrites
 from pilotfish.kube.rest import BATCHWORKLOADS, JSON_PATCH, PODS, ApiError, Rest
-from pilotfish.kube.workqueue import DONE, Result, requeue_after, retry
+from pilotfish.kube.workqueue import DONE, Result, requeue_after, round_refused
 from pilotfish.operators.batchworkload.decide import Create, Plan, Removal
 from pilotfish.operators.batchworkload.model import LABEL_TASK_RECORDED, Event
 from pilotfish.operators.batchworkload.pacing import slow_start
@@ -118,15 +118,9 @@ class Executor:
         return Applied(self._result(plan, rnd), rnd.created, False)
 
     def _result(self, plan: Plan, rnd: _Round) -> Result:
-        if rnd.refusals:
-            metrics.OPERATOR_CONFLICTS.labels(CONTROLLER).inc(len(rnd.refusals))
-            log.info(
-                "conditional writes refused; deciding again",
-                extra={"workload": plan.key, "refused": rnd.refusals[:5]},
-            )
-            return retry(rnd.refusals[0])
-        if rnd.create_errors:
-            return retry(f"pod creates failed: {rnd.create_errors[0]}")
+        refused = round_refused(CONTROLLER, plan.key, rnd.refusals, rnd.create_errors)
+        if refused is not None:
+            return refused
         if plan.wake_after is not None:
             return requeue_after(plan.wake_after + WAKE_SLACK_SECONDS, "timed wake-up")
         return DONE

@@ -29,7 +29,7 @@ from pilotfish import metrics
 from pilotfish.kube.events import ControllerEvents
 from pilotfish.kube.ownwrites import OwnWrites
 from pilotfish.kube.rest import JSON_PATCH, PODS, SERVICEWORKLOADS, ApiError, Rest
-from pilotfish.kube.workqueue import DONE, Result, requeue_after, retry
+from pilotfish.kube.workqueue import DONE, Result, requeue_after, round_refused
 from pilotfish.operators.serviceworkload import pdb as pdbs
 from pilotfish.operators.serviceworkload import revisions as revs
 from pilotfish.operators.serviceworkload import rolling
@@ -165,15 +165,9 @@ class Executor:
         return self._result(plan, rnd)
 
     def _result(self, plan: Plan, rnd: _Round) -> Result:
-        if rnd.refusals:
-            metrics.OPERATOR_CONFLICTS.labels(CONTROLLER).inc(len(rnd.refusals))
-            log.info(
-                "conditional writes refused; deciding again",
-                extra={"workload": plan.key, "refused": rnd.refusals[:5]},
-            )
-            return retry(rnd.refusals[0])
-        if rnd.create_errors:
-            return retry(f"pod creates failed: {rnd.create_errors[0]}")
+        refused = round_refused(CONTROLLER, plan.key, rnd.refusals, rnd.create_errors)
+        if refused is not None:
+            return refused
         if plan.wake_at is not None:
             wait = plan.wake_at - self.clock.now().timestamp()
             return requeue_after(wait + WAKE_SLACK_SECONDS, "timed wake-up")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
@@ -55,6 +55,24 @@ def requeue_after(seconds: float, why: str = "") -> Result:
 
 def retry(why: str) -> Result:
     return Result(retry=True, why=why)
+
+
+def round_refused(
+    controller: str, key: str, refusals: Sequence[str], create_errors: Sequence[str]
+) -> Result | None:
+    """RETRY for a round whose conditional writes were refused (counted and logged: the
+    next round decides again from what the refusal proved stale) or whose creates failed;
+    None when neither happened and the round's own result stands."""
+    if refusals:
+        metrics.OPERATOR_CONFLICTS.labels(controller).inc(len(refusals))
+        log.info(
+            "conditional writes refused; deciding again",
+            extra={"controller": controller, "workload": key, "refused": list(refusals[:5])},
+        )
+        return retry(refusals[0])
+    if create_errors:
+        return retry(f"pod creates failed: {create_errors[0]}")
+    return None
 
 
 Reconcile = Callable[[K], Awaitable[Result]]

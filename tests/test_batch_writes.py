@@ -227,3 +227,23 @@ async def test_terminal_pods_go_at_once_and_live_ones_keep_their_grace() -> None
         assert graceful[0].params["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"
     finally:
         await w.stop()
+
+
+def test_a_template_cannot_set_the_keys_only_the_operator_sets() -> None:
+    """The recorded label (what the deletecollection selects) and the gang's label and gate
+    come from the operator alone, never from the template."""
+    from pilotfish.gates import GANG_GATE, LABEL_GANG
+    from pilotfish.operators.batchworkload.taskpod import task_pod
+
+    bw = batch(completions=3, parallelism=3)
+    bw["metadata"]["uid"] = "u1"
+    template = bw["spec"]["template"]
+    template.setdefault("metadata", {})["labels"] = {LABEL_TASK_RECORDED: "true", LABEL_GANG: "x"}
+    template["spec"]["schedulingGates"] = [{"name": GANG_GATE}, {"name": "example.com/own"}]
+    pod = task_pod(bw, 0, 0, 0, gang=False)
+    assert LABEL_TASK_RECORDED not in pod["metadata"]["labels"]
+    assert LABEL_GANG not in pod["metadata"]["labels"]
+    assert pod["spec"]["schedulingGates"] == [{"name": "example.com/own"}]
+    member = task_pod(bw, 0, 0, 0, gang=True)
+    assert member["metadata"]["labels"][LABEL_GANG] == bw["metadata"]["name"]
+    assert [g["name"] for g in member["spec"]["schedulingGates"]] == ["example.com/own", GANG_GATE]

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pilotfish.gates import GANG_GATE, LABEL_GANG
-from pilotfish.operators.batchworkload.model import task_name
+from pilotfish.operators.batchworkload.model import LABEL_TASK_RECORDED, task_name
 from pilotfish.podtemplate import pod_body
 from pilotfish.workloads import (
     ANNOTATION_TASK_ATTEMPT,
@@ -43,6 +43,11 @@ def task_pod(bw: Mapping[str, Any], index: int, attempt: int, failures: int, *, 
     pod = task_name(name, index, attempt)
     body = pod_body(bw, template, "", pod, "batch", selector_labels={LABEL_BATCH: name})
     meta = body["metadata"]
+    # Keys only the operator sets, whatever the template says: a template carrying the
+    # recorded label would have unrecorded pods collected, and one carrying the gang's
+    # label or gate would put every task in the gang.
+    meta["labels"].pop(LABEL_TASK_RECORDED, None)
+    meta["labels"].pop(LABEL_GANG, None)
     meta["labels"][LABEL_TASK_INDEX] = str(index)
     meta["annotations"] = {
         **(meta.get("annotations") or {}),
@@ -55,9 +60,13 @@ def task_pod(bw: Mapping[str, Any], index: int, attempt: int, failures: int, *, 
     for kind in ("containers", "initContainers"):
         if isinstance(spec.get(kind), list):
             spec[kind] = [_with_env(c, index) if isinstance(c, dict) else c for c in spec[kind]]
+    gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != GANG_GATE]
     if gang:
         meta["labels"][LABEL_GANG] = name
-        gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != GANG_GATE]
-        spec["schedulingGates"] = [*gates, {"name": GANG_GATE}]
+        gates.append({"name": GANG_GATE})
+    if gates:
+        spec["schedulingGates"] = gates
+    else:
+        spec.pop("schedulingGates", None)
     body["spec"] = spec
     return body

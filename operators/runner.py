@@ -27,6 +27,7 @@ from pilotfish.kube.client import api_client
 from pilotfish.kube.leader import LeaderElector, RestLeaseStore
 from pilotfish.kube.rest import Rest
 from pilotfish.kube.runtime import Runtime
+from pilotfish.nodesilence import SilenceSettings
 from pilotfish.operators.batchworkload import BatchWorkloadController
 from pilotfish.operators.endpoints import EndpointsController
 from pilotfish.operators.gatepolicy import GatePolicyStatusController
@@ -106,6 +107,7 @@ async def run(
         identity=identity or default_identity(),
         audit_log=audit,
         batch_user=batch_user(namespace, batch_account),
+        silence=SilenceSettings.from_env(),
     )
     try:
         await tasks.run_guarded(

@@ -42,3 +42,7 @@ DRAIN_TIMEOUT_SECONDS: Final = 30.0
 
 ENDPOINTSLICE_MANAGED_BY: Final = "endpointslice.pilotfish.io"
 MAX_ENDPOINTS_PER_SLICE: Final = 100
+
+# The DisruptionTarget reason on a pod the node lifecycle controller evicts from a lost node:
+# it is Terminating until the node returns, and no controller counts it (replaced at once).
+DISRUPTION_NODE_LOST: Final = "PilotfishNodeLost"

@@ -13,6 +13,7 @@ from pathlib import Path
 from pilotfish.kube.events import EventPoster
 from pilotfish.kube.factory import InformerFactory
 from pilotfish.kube.rest import Rest
+from pilotfish.nodesilence import NodeSilence, SilenceSettings
 from pilotfish.timeutil import SYSTEM_CLOCK, Clock
 
 
@@ -27,6 +28,18 @@ class Runtime:
     # Who the batch operator's writes are made as (`Rest.impersonating`); None: this process's
     # own identity (unit tests, and a cluster installed without the batch account).
     batch_user: str | None = None
+    # How long each node's lease has been silent (the node lifecycle controller and the
+    # at-most-one release share one tracker, so they agree on when a machine went quiet).
+    node_silence: NodeSilence | None = None
+
+    def __post_init__(self) -> None:
+        if self.node_silence is None:
+            self.node_silence = NodeSilence(self.clock)
+
+    @property
+    def silence(self) -> NodeSilence:
+        assert self.node_silence is not None  # set in __post_init__
+        return self.node_silence
 
     @property
     def batch_rest(self) -> Rest:
@@ -44,6 +57,7 @@ class Runtime:
         clock: Clock = SYSTEM_CLOCK,
         resync_seconds: float | None = 300.0,
         batch_user: str | None = None,
+        silence: SilenceSettings | None = None,
     ) -> Runtime:
         return cls(
             rest=rest,
@@ -53,4 +67,5 @@ class Runtime:
             identity=identity,
             audit_log=audit_log,
             batch_user=batch_user,
+            node_silence=NodeSilence(clock, silence),
         )

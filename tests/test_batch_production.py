@@ -12,9 +12,13 @@ from pilotfish import metrics, names
 from pilotfish.cli.whybatch import explain_batch
 from pilotfish.kube.rest import PODS
 from pilotfish.operators.batchworkload.production import (
+    ARRIVAL_WINDOW_SECONDS,
     MAX_WAIT_SECONDS,
+    MIN_YIELD_RATE,
+    YIELD_SHARE,
     ProductionWaiting,
     waiting_for_placement,
+    yield_rate,
 )
 from pilotfish.timeutil import FakeClock
 from tests.batch_harness import NS, Cluster, World, batch, start
@@ -80,6 +84,49 @@ async def test_a_waiting_production_pod_holds_creation_until_it_binds() -> None:
         assert len(w.api.creates()) > 0
         assert w.api.status()["pacing"]["heldForProduction"] == 0
         assert metrics.BATCH_HELD_FOR_PRODUCTION._value.get() == 0
+    finally:
+        await w.stop()
+
+
+def test_arrivals_are_remembered_for_a_window_from_the_first_sighting() -> None:
+    waiting = ProductionWaiting()
+    assert not waiting.arriving(0.0)
+    waiting.observe("ns/a", production_pod("a"), 1.0)
+    waiting.observe("ns/a", production_pod("a", nodeName="n"), 1.5)  # bound at once
+    assert waiting.arriving(1.0 + ARRIVAL_WINDOW_SECONDS - 0.1)
+    assert not waiting.arriving(1.0 + ARRIVAL_WINDOW_SECONDS)
+    waiting.observe("ns/a", production_pod("a", nodeName="n"), 20.0)  # an update: no arrival
+    assert not waiting.arriving(20.0)
+
+
+def test_the_yield_is_a_share_of_the_rate_before_yielding_with_a_floor() -> None:
+    assert yield_rate(100.0) == pytest.approx(100.0 * YIELD_SHARE)
+    assert yield_rate(0.0) == MIN_YIELD_RATE
+
+
+async def test_arriving_production_slows_creation_to_the_yield_rate_then_it_resumes() -> None:
+    w = await world(batch(completions=200, parallelism=200), sync_interval=0.0)
+    try:
+        w.api.put(PODS.path(NS, "web-1"), production_pod())
+        await w.converge()
+        w.api.bind("web-1")  # placed at once: nothing waits, but production is arriving
+        await w.converge()
+        first = len(w.api.creates())
+        assert 0 < first <= MIN_YIELD_RATE  # the bucket's burst: one second's worth
+        assert w.api.status()["pacing"]["yieldRate"] == MIN_YIELD_RATE
+        says = " ".join(explain_batch(w.api.bw(), w.clock.now()))
+        assert f"yielding to production pods arriving: at most {MIN_YIELD_RATE:g}" in says
+        for n in w.api.creates():
+            w.api.bind(n)
+        w.clock.advance(1.0)
+        await w.converge()
+        assert len(w.api.creates()) <= first + MIN_YIELD_RATE
+        for n in w.api.creates():
+            w.api.bind(n)
+        w.clock.advance(ARRIVAL_WINDOW_SECONDS)
+        await w.converge()
+        assert len(w.api.creates()) > first + 2 * MIN_YIELD_RATE  # paced by binds again
+        assert w.api.status()["pacing"]["yieldRate"] == 0
     finally:
         await w.stop()
 

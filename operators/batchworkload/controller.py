@@ -61,7 +61,7 @@ from pilotfish.operators.batchworkload.pacing import (
     TokenBucket,
     in_flight_limit,
 )
-from pilotfish.operators.batchworkload.production import ProductionWaiting
+from pilotfish.operators.batchworkload.production import ProductionWaiting, yield_rate
 from pilotfish.operators.batchworkload.status import End
 from pilotfish.timeutil import format_time
 
@@ -131,6 +131,8 @@ class BatchWorkloadController:
         self.memory: dict[str, dict[int, Memo]] = {}
         self.production = ProductionWaiting()
         self.held: set[str] = set()  # jobs whose last sync held creates for production
+        # Each job's bind rate when production began arriving: what its yield is a share of.
+        self.unyielded_rate: dict[str, float] = {}
         # Namespaces where a create was refused as being terminated (the informer may lag).
         self.doomed: set[str] = set()
         self.bws.add_handler(self._on_workload)
@@ -199,12 +201,20 @@ class BatchWorkloadController:
         held = self.production.count(now)
         held_wait = self.production.until_aged_out(now)
         creation_rate = model.spec.creation_rate
+        yielded: float | None = None
+        if self.production.arriving(now):
+            yielded = yield_rate(self.unyielded_rate.setdefault(key, rate))
+            creation_rate = yielded if creation_rate is None else min(creation_rate, yielded)
+        else:
+            self.unyielded_rate.pop(key, None)
         if creation_rate is None:
             self.buckets.pop(key, None)
             return Pace(in_flight_limit(rate), rate, held=held, held_wait=held_wait)
         bucket = self.buckets.setdefault(key, TokenBucket(creation_rate, now))
         room = bucket.room(now, creation_rate)
-        return Pace(in_flight_limit(rate), rate, room, bucket.wait(), held, held_wait)
+        return Pace(
+            in_flight_limit(rate), rate, room, bucket.wait(), held, held_wait, yielded or 0.0
+        )
 
     def observe(self, key: str, bw: Obj, model: BatchWorkload) -> Observed:
         uid = str(bw["metadata"]["uid"])
@@ -293,6 +303,7 @@ class BatchWorkloadController:
         self.unbound.pop(key, None)
         self.rates.pop(key, None)
         self.buckets.pop(key, None)
+        self.unyielded_rate.pop(key, None)
         self.last_sync.pop(key, None)
         self.succeeded_since_sync.pop(key, None)
         self.memory.pop(key, None)

@@ -202,6 +202,7 @@ class Pace:
     rate_wait: float | None = None  # seconds until the rate allows one more
     held: int = 0  # production pods waiting for placement: no creates while > 0
     held_wait: float | None = None  # seconds until the last of them stops counting
+    yield_rate: float = 0.0  # creates/s the job is held to while production arrives (0: not)
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,12 @@ class Pacing(ApiModel):
         description="Production pods waiting for placement when the last sync held the job's "
         "creates back for them (0: not held).",
     )
+    yield_rate: float = Field(
+        default=0.0,
+        ge=0,
+        description="Creates per second the job is held to while production pods keep "
+        "arriving, a share of its bind rate before they did (0: not yielding).",
+    )
 
 
 class BatchWorkloadStatus(ConditionsStatus):

@@ -270,8 +270,11 @@ def _pacing_sentence(status: Mapping[str, Any], spec: Mapping[str, Any]) -> str 
     ]
     text += f" ({', '.join(parts)})"
     held = _int(pacing.get("heldForProduction"))
+    yielded = _number(pacing.get("yieldRate"))
     if held:
         text += f"; holding creation: {held} production pods waiting for placement"
+    elif yielded:
+        text += f"; yielding to production pods arriving: at most {yielded:g} creates/s"
     elif in_flight is not None and limit is not None and in_flight >= limit:
         text += "; at the limit, the next task is created as soon as one of those binds"
     cap = _number(spec.get("creationRate"))

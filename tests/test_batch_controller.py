@@ -10,6 +10,7 @@ import pytest
 
 from pilotfish.gates import GANG_GATE, LABEL_GANG
 from pilotfish.kube.rest import PODS
+from pilotfish.operators.batchworkload.model import LABEL_TASK_RECORDED
 from pilotfish.timeutil import FakeClock
 from pilotfish.workloads import (
     ANNOTATION_TASK_ATTEMPT,
@@ -96,7 +97,9 @@ async def test_failures_back_off_then_exceed_the_backoff_limit() -> None:
         (retry,) = w.api.live()
         assert retry["metadata"]["name"] == "job-0-1"
         assert retry["metadata"]["annotations"][ANNOTATION_TASK_FAILURES] == "1"
-        assert w.api.obj(PODS.path(NS, "job-0-0")) is None  # gone once replaced
+        kept = w.api.obj(PODS.path(NS, "job-0-0"))  # recorded and kept, as a Job keeps it
+        assert kept is not None and FINALIZER_TASK not in kept["metadata"].get("finalizers", [])
+        assert kept["metadata"]["labels"][LABEL_TASK_RECORDED] == "true"
         w.api.bind("job-0-1")
         w.api.finish("job-0-1", "Failed")
         result = await w.converge()

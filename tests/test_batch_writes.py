@@ -12,6 +12,7 @@ import pytest
 from pilotfish import podmeta
 from pilotfish.indexranges import IndexSet
 from pilotfish.kube.rest import NAMESPACES, PODS
+from pilotfish.operators.batchworkload import decide as decide_module
 from pilotfish.operators.batchworkload.controller import BACKOFF_ENV, backoff_from_env
 from pilotfish.operators.batchworkload.model import LABEL_TASK_RECORDED
 from pilotfish.timeutil import FakeClock
@@ -195,10 +196,17 @@ async def test_the_controller_reads_the_backoff_setting(monkeypatch: pytest.Monk
     assert BatchWorkloadController(rt, backoff_base=7.0).backoff_base == 7.0
 
 
-async def test_terminal_pods_go_at_once_and_live_ones_keep_their_grace() -> None:
-    """Recorded terminal pods are deleted with grace 0 (nothing runs on their node; the
-    kubelet's own final delete would be a write per task); a suspended job's running pods
-    are deleted with their grace period, so their node stops them first."""
+def _collections(w: World, since: int = 0) -> list[Any]:
+    return [c for c in w.api.calls[since:] if c.method == "DELETE" and c.path.endswith("/pods")]
+
+
+async def test_recorded_pods_are_kept_then_terminal_ones_go_at_once_and_live_ones_gracefully() -> (
+    None
+):
+    """A recorded pod is kept (untracked, labelled recorded) while the job runs, as a Job
+    keeps its pods; when the job stops, one deletecollection takes the recorded terminal pods
+    with grace 0 (nothing runs on their node; the kubelet's own final delete would be a write
+    per task), and the running ones with their grace period, so their node stops them first."""
     w = await world(batch(completions=4, parallelism=2), backoff_base=0.0)
     try:
         await w.converge()
@@ -207,24 +215,41 @@ async def test_terminal_pods_go_at_once_and_live_ones_keep_their_grace() -> None
         w.api.bind(second)
         w.api.finish(first)
         await w.converge()
-        collections = [
-            c for c in w.api.writes() if c.method == "DELETE" and c.path.endswith("/pods")
-        ]
-        assert collections, "no deletecollection for the recorded pod"
-        forced = collections[0]
-        assert forced.body == {"gracePeriodSeconds": 0}
-        assert "status.phase!=Running" in forced.params["fieldSelector"]
-        assert first not in {p["metadata"]["name"] for p in w.api.pods_of()}
+        assert _collections(w) == [], "a recorded pod was deleted while the job runs"
+        kept = w.api.obj(PODS.path(NS, first))
+        assert kept is not None and kept["metadata"]["labels"][LABEL_TASK_RECORDED] == "true"
+        assert w.api.status()["succeeded"] == 1
         before = len(w.api.calls)
         w.api.edit_spec(suspend=True)
         await w.converge()
-        graceful = [
-            c
-            for c in w.api.calls[before:]
-            if c.method == "DELETE" and c.path.endswith("/pods") and c.body is None
-        ]
+        collections = _collections(w, before)
+        forced = [c for c in collections if c.body == {"gracePeriodSeconds": 0}]
+        assert forced and "status.phase!=Running" in forced[0].params["fieldSelector"]
+        assert first not in {p["metadata"]["name"] for p in w.api.pods_of()}
+        graceful = [c for c in collections if c.body is None]
         assert graceful, "a suspended job's running pod was not deleted gracefully"
         assert graceful[0].params["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"
+    finally:
+        await w.stop()
+
+
+async def test_a_long_job_collects_its_recorded_pods_in_batches_and_all_at_its_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(decide_module, "RETAIN_RECORDED_PODS", 3)
+    w = await world(batch(completions=8, parallelism=2), backoff_base=0.0)
+    try:
+        seen_most = 0
+        for _ in range(8):
+            await w.converge()
+            w.api.run_all()
+            kept = [p for p in w.api.pods_of() if p["status"].get("phase") == "Succeeded"]
+            seen_most = max(seen_most, len(kept))
+        await w.converge()
+        assert w.api.condition("Complete") == ("True", "Completed")
+        assert seen_most <= 3 + 2  # the bound, plus one sync's worth of newly recorded pods
+        assert len(_collections(w)) >= 2  # batches while it ran, then the rest at its end
+        assert w.api.pods_of() == []
     finally:
         await w.stop()
 

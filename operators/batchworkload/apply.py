@@ -11,9 +11,11 @@
    the pod existing, never a reason for a second one. A replacement's predecessor is
    removed once the replacement exists. A create refused because the namespace is being
    deleted stops the creates and is reported to the controller (`Applied`);
-4. one deletecollection of the job's labelled pods. Only a pod whose outcome is in the
-   written status is ever labelled, so no unrecorded result is deleted (kwok strips the
-   finalizers of deleted pods: an unrecorded pod deleted is a lost result).
+4. one deletecollection of the job's labelled pods, when the plan says it is due (live
+   pods to stop, the job's end, or `decide.RETAIN_RECORDED_PODS` recorded pods kept). Only
+   a pod whose outcome is in the written status is ever labelled, so no unrecorded result
+   is deleted (kwok strips the finalizers of deleted pods: an unrecorded pod deleted is a
+   lost result).
 
 Every write is made with the batch account's client and recorded in `OwnWrites`, so the
 next sync waits for the informers to show it. Per task: one create, one finalizer patch;
@@ -111,7 +113,7 @@ class Executor:
         await bounded([_bind(self._remove, plan, r, rnd) for r in plan.removals])
         if plan.creates:
             await self._create_all(plan, rnd)
-        if plan.collect or rnd.labelled:
+        if plan.collect or (rnd.labelled and plan.collect_labelled):
             await self._collect(plan, rnd)
         if rnd.namespace_terminating:
             return Applied(requeue_after(0.0, "namespace being deleted"), rnd.created, True)

@@ -53,6 +53,7 @@ from pilotfish.operators.batchworkload.model import (
     Pace,
     owner_key,
     owner_uid,
+    retained,
     task_of,
 )
 from pilotfish.operators.batchworkload.pacing import (
@@ -220,8 +221,14 @@ class BatchWorkloadController:
         uid = str(bw["metadata"]["uid"])
         now = self.rt.clock.monotonic()
         tasks = []
+        kept: list[tuple[str, str]] = []
         for pod in self._pods(key):
-            task = task_of(pod) if owner_uid(pod) == uid else None
+            if owner_uid(pod) != uid:
+                continue
+            if retained(pod):
+                kept.append((str(pod["metadata"]["name"]), str(pod["metadata"]["uid"])))
+                continue
+            task = task_of(pod)
             if task is None:
                 continue
             if task.phase == "Failed" or task.terminating:
@@ -238,6 +245,7 @@ class BatchWorkloadController:
             failed_at=self.failed_at,
             memory=self.memory.get(key, {}),
             namespace_terminating=self._namespace_terminating(_namespace_of(bw)),
+            retained=tuple(kept),
         )
 
     # Reconcile --------------------------------------------------------------------------

@@ -89,6 +89,18 @@ def _int(value: Any) -> int | None:
     return None
 
 
+def retained(pod: Mapping[str, Any]) -> bool:
+    """A recorded pod kept until its deletecollection: checked before `task_of`, cheaply,
+    because a large job keeps thousands of them."""
+    meta = pod.get("metadata") or {}
+    return (
+        (meta.get("labels") or {}).get(LABEL_TASK_RECORDED) == "true"
+        and FINALIZER_TASK not in (meta.get("finalizers") or ())
+        and (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        and not meta.get("deletionTimestamp")
+    )
+
+
 def task_of(pod: Mapping[str, Any]) -> Task | None:
     """The task a pod is, or None for a pod without a readable index (not one of ours)."""
     meta = pod.get("metadata") or {}
@@ -234,6 +246,9 @@ class Observed:
     memory: Mapping[int, Memo] = field(default_factory=dict)
     # The namespace is being deleted: nothing can be created in it any more.
     namespace_terminating: bool = False
+    # Recorded pods kept until they are collected (name, uid): ended, their outcome in the
+    # status, untracked and labelled for the deletecollection. Not tasks any more.
+    retained: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:

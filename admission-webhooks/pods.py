@@ -22,7 +22,7 @@ from pilotfish import gates, quota
 from pilotfish.gates import GateRecord
 from pilotfish.names import SA_OPERATOR
 from pilotfish.timeutil import format_time
-from pilotfish.webhooks import bands, gating, quantities, tenancy
+from pilotfish.webhooks import bands, gating, quantities, tenancy, tolerations
 from pilotfish.webhooks import quota as quota_rules
 from pilotfish.webhooks.admission import Decision
 from pilotfish.webhooks.gateview import GateView
@@ -149,9 +149,11 @@ def mutate(
     scheduler_name: str | None = None,
     *,
     foreign_schedulers: ForeignSchedulers = "refuse",
+    eviction_wait: float = tolerations.DEFAULT_EVICTION_WAIT,
 ) -> Decision:
-    """Team and band (label, priority class, scheduler), the quota gate for batch over quota,
-    then every gate of every GatePolicy of the namespace that selects the pod.
+    """Team and band (label, priority class, scheduler), the lost-node tolerations
+    (`tolerations`, from `eviction_wait`), the quota gate for batch over quota, then every
+    gate of every GatePolicy of the namespace that selects the pod.
 
     A pod breaking a tenancy or band rule is refused here already: the API server would
     otherwise reject the patched pod with a less helpful message (gates on a pod naming its
@@ -173,6 +175,7 @@ def mutate(
     if refused:
         return Decision.deny("; ".join(refused))
     ops, choice = _tenant_patch(pod, namespace, team, policy)
+    ops += tolerations.patch(jsonpatch.apply_patch(pod, ops), namespace, eviction_wait)
     if ops:
         pod = jsonpatch.apply_patch(pod, ops)
     broken = view.broken_in(namespace)

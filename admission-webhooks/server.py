@@ -43,7 +43,7 @@ from pilotfish.kube.client import api_client
 from pilotfish.kube.factory import InformerFactory
 from pilotfish.kube.rest import Rest
 from pilotfish.timeutil import utcnow as utc_now
-from pilotfish.webhooks import pods, podupdate, quantities, templates, workloads
+from pilotfish.webhooks import pods, podupdate, quantities, templates, tolerations, workloads
 from pilotfish.webhooks.admission import Decision, InvalidObject, build_response, parse_review
 from pilotfish.webhooks.gatecache import Clock, GatePolicyCache, StaticViews, ViewSource
 from pilotfish.webhooks.gateview import GateView
@@ -68,6 +68,7 @@ def bind_reviews(
     dry_run: templates.DryRun | None = None,
     *,
     foreign_schedulers: ForeignSchedulers = "refuse",
+    eviction_wait: float = tolerations.DEFAULT_EVICTION_WAIT,
 ) -> dict[str, Review]:
     """Path -> review, the pod reviews bound to their views, the clock and the reservation.
 
@@ -94,6 +95,7 @@ def bind_reviews(
             judged(team),
             scheduler_name,
             foreign_schedulers=foreign_schedulers,
+            eviction_wait=eviction_wait,
         )
 
     writers = podupdate.Writers.from_env()
@@ -216,6 +218,7 @@ async def serve(
     clock: Clock = utc_now,
     scheduler_name: str | None = None,
     foreign_schedulers: ForeignSchedulers = "refuse",
+    eviction_wait: float | None = None,
 ) -> None:
     """Run the webhooks over HTTPS until cancelled.
 
@@ -224,7 +227,11 @@ async def serve(
     server at all), for tests. `client_ca`: require callers' certificates signed by it.
     `health_port`: also serve /healthz, /readyz and /metrics over plain HTTP there. The
     certificates are read once at start; a rotated certificate takes effect on restart.
+    `eviction_wait` None: PILOTFISH_EVICTION_WAIT_SECONDS, read once here (a bad value
+    raises ValueError naming it, before anything is served).
     """
+    if eviction_wait is None:
+        eviction_wait = tolerations.eviction_wait_from_env()
     context = server_ssl_context(certfile, keyfile, client_ca)
     if client_ca is None:
         log.warning(
@@ -232,7 +239,7 @@ async def serve(
             extra={"component": "webhooks"},
         )
     if views is not None:
-        app = make_app(bind_reviews(views, clock))
+        app = make_app(bind_reviews(views, clock, eviction_wait=eviction_wait))
         await tasks.run_guarded(
             {
                 "webhooks": httpserver.run_until_cancelled(
@@ -259,6 +266,7 @@ async def serve(
                 scheduler_name,
                 templates.dry_run_with(rest),
                 foreign_schedulers=foreign_schedulers,
+                eviction_wait=eviction_wait,
             ),
             ready=ready,
         )

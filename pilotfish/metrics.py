@@ -230,3 +230,32 @@ BATCH_UNBOUND_PODS = Gauge(
     "Task pods created and not yet bound to a node, over every BatchWorkload (the paced "
     "in-flight count).",
 )
+
+# The node lifecycle controller (operators/nodelifecycle): lease silence, eviction, brake.
+NODELIFECYCLE_UNREACHABLE_NODES = Gauge(
+    "pilotfish_nodelifecycle_unreachable_nodes",
+    "Nodes whose lease this operator has not seen renewed for the unreachable timeout.",
+)
+NODELIFECYCLE_EVICTIONS = Counter(
+    "pilotfish_nodelifecycle_evictions_total",
+    "Pods evicted (marked DisruptionTarget and deleted) from lost nodes, by reason.",
+    ["reason"],
+)
+NODELIFECYCLE_ZONE_BRAKE = Gauge(
+    "pilotfish_nodelifecycle_zone_brake",
+    "1 while the zone brake holds a zone (a partition-sized silence: no mass eviction, its "
+    "pods keep Ready), else 0.",
+    ["zone"],
+)
+NODELIFECYCLE_SILENT_NODES = Gauge(
+    "pilotfish_nodelifecycle_silent_nodes",
+    "Unreachable nodes (lease silent for the unreachable timeout) per zone.",
+    ["zone"],
+)
+
+# The ServiceWorkload controller's at-most-one release (operators/serviceworkload/atmostone).
+SW_AT_MOST_ONE_WAITING = Gauge(
+    "pilotfish_serviceworkload_at_most_one_waiting",
+    "At-most-one identities whose pod is on a silent node, waiting for its lease to surely "
+    "expire before a replacement starts.",
+)

@@ -273,6 +273,13 @@ conditions = st.lists(
     unique_by=lambda c: c["type"],
 )
 
+
+def _replicas_allowed(spec: dict[str, object]) -> bool:
+    """The CRD's rule: an at-most-one workload has replicas 0 or 1."""
+    replicas = spec.get("replicas", 1)
+    return not (spec.get("atMostOne") and isinstance(replicas, int) and replicas > 1)
+
+
 service_workload_specs = st.fixed_dictionaries(
     {"team": dns_labels, "template": templates},
     optional={
@@ -306,7 +313,7 @@ service_workload_specs = st.fixed_dictionaries(
             }
         ),
     },
-)
+).filter(_replicas_allowed)
 
 service_workload_statuses = st.fixed_dictionaries(
     {},

@@ -663,7 +663,7 @@ def test_build_in_python_dump_for_the_api_server() -> None:
         metadata=ObjectMeta(name="checkout", namespace="team-payments"),
         spec=ServiceWorkloadSpec(
             team="payments",
-            replicas=3,
+            replicas=1,
             template=PodTemplate(spec={"containers": [{"name": "app", "image": "x"}]}),
             strategy=Strategy(max_surge="25%", max_unavailable=0),
             at_most_one=True,

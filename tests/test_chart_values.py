@@ -348,11 +348,15 @@ def test_operator_rbac_is_least_privilege() -> None:
     assert "customresourcedefinitions" not in resources
     assert ("", "pods/eviction", "create") in cluster
     assert ("discovery.k8s.io", "endpointslices", "delete") in cluster
-    # Leases only through namespaced Roles: its own in the release namespace, read-only in
-    # kube-node-lease.
+    # Leases: none in the main role; its own in the release namespace, read-only in
+    # kube-node-lease, and the at-most-one identity Leases (tenant namespaces) through a
+    # ClusterRole of their own that grants nothing else.
     assert "leases" not in resources
     node_leases = grants(roles[("Role", "kube-node-lease/TEMPLATED-node-leases")])
     assert {v for _, _, v in node_leases} == {"get", "list", "watch"}
+    identity = grants(roles[("ClusterRole", "/TEMPLATED-identity-leases")])
+    assert {(g, r) for g, r, _ in identity} == {("coordination.k8s.io", "leases")}
+    assert ("", "nodes/status", "patch") in cluster and ("", "pods/status", "patch") in cluster
 
 
 def test_extender_rbac_is_read_nodes_and_pods_plus_events() -> None:

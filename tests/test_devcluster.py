@@ -134,6 +134,7 @@ def test_kwok_config_has_the_stages(tmp_path: Path) -> None:
         *components.KWOK_STAGES,
         stages.STAGE_SUCCEED,
         stages.STAGE_FAIL,
+        stages.STAGE_RESYNC,
     ]
     assert not any(rel.endswith("pod-complete.yaml") for rel in components.KWOK_STAGES)
 

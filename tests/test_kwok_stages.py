@@ -98,3 +98,25 @@ def test_failed_status_carries_the_annotated_exit_code() -> None:
 def test_stage_documents_survive_the_yaml_kwok_reads() -> None:
     docs = stages.task_stages()
     assert list(yaml.safe_load_all(yaml.safe_dump_all(docs))) == docs
+
+
+def test_the_resync_stage_makes_a_pod_marked_for_its_node_silence_ready_again() -> None:
+    stage = stages.resync_stage()
+    exprs = {e["key"]: e for e in stage["spec"]["selector"]["matchExpressions"]}
+    ready = next(k for k in exprs if "Ready" in k)
+    assert exprs[ready]["values"] == [stages.REASON_NODE_UNREACHABLE]
+    assert exprs[".status.phase"]["values"] == ["Running"]
+    status = yaml.safe_load(
+        stage["spec"]["next"]["statusTemplate"]
+        .replace("{{ $now := Now }}", "")
+        .replace("{{ $now | Quote }}", "t")
+    )
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {
+        "Ready": "True",
+        "ContainersReady": "True",
+    }
+    assert [s["metadata"]["name"] for s in stages.pod_stages()] == [
+        stages.STAGE_SUCCEED,
+        stages.STAGE_FAIL,
+        stages.STAGE_RESYNC,
+    ]

@@ -10,8 +10,9 @@ off while refusals continue; the next round decides again from a fresher view.
 
 Writes go in dependency order: revision, disruption budget, pods taken down, pods created
 (slow start: batches of 1, 2, 4, ... stopping at the first failure, as ReplicaSets do, so a
-template the API refuses costs one refused call, not `replicas`), status, history. Events
-are posted (never awaited) once the write they report succeeded.
+template the API refuses costs one refused call, not `replicas`), or instead of those two an
+at-most-one workload's fenced steps (`atmostone_apply`), status, history. Events are posted
+(never awaited) once the write they report succeeded.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from pilotfish.kube.workqueue import DONE, Result, requeue_after, round_refused
 from pilotfish.operators.serviceworkload import pdb as pdbs
 from pilotfish.operators.serviceworkload import revisions as revs
 from pilotfish.operators.serviceworkload import rolling
+from pilotfish.operators.serviceworkload.atmostone import FencingPlan
+from pilotfish.operators.serviceworkload.atmostone_apply import FencingWriter
 from pilotfish.operators.serviceworkload.decide import (
     CreatePods,
     DrainPod,
@@ -145,6 +148,7 @@ class Executor:
         self.clock = clock
         self.rng = rng
         self.failures = failures
+        self.fencing = FencingWriter(rest, writes.pods, events)
 
     async def apply(self, plan: Plan) -> Result:
         rnd = _Round()
@@ -158,6 +162,8 @@ class Executor:
         for create in plan.creates:
             if not await self._create_pods(plan, create, rnd):
                 break
+        if plan.fencing is not None:
+            await self._fence(plan, plan.fencing, rnd)
         if plan.status is not None:
             await self._write_status(plan, plan.status, rnd)
         for old in plan.prune:
@@ -338,6 +344,21 @@ class Executor:
         except (ApiError, aiohttp.ClientError, OSError, TimeoutError):
             return  # not there, or still unknown: the create is retried from the next view
         self.writes.pods.wrote(pod_key, found, owner=plan.key)
+
+    async def _fence(self, plan: Plan, steps: FencingPlan, rnd: _Round) -> None:
+        try:
+            out = await self.fencing.apply(plan.key, plan.sw, steps, plan.fencing_template)
+        except ApiError as e:
+            if namespace_terminating(e):
+                return  # the workload goes with its namespace: nothing to report
+            raise
+        rnd.refusals += out.refusals
+        rnd.create_errors += out.create_errors
+        if out.refused_create is not None:
+            generation = plan.sw["metadata"].get("generation")
+            self.failures[plan.key] = replica_failure(generation, out.refused_create)
+        elif out.created:
+            self.failures.pop(plan.key, None)
 
     # status phase -----------------------------------------------------------------------
 

@@ -19,10 +19,16 @@ writes are conditional on. Pods are a hot path kopf must not carry.
 
 Timed wake-ups are `requeue_after(t - now)`, never polled; refused writes are RETRY, and
 the queue alone backs the workload off while they continue.
+
+An `atMostOne` workload's identity Lease is read with a GET each round, not from an informer:
+the release of a lost pod must be decided from the Lease as the API has it, and only those
+workloads pay for it. Their pods' nodes' silence is the process's one tracker
+(`rt.silence`); a workload waiting for a silent node is re-enqueued by that node's renewal.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from collections import Counter
@@ -35,7 +41,7 @@ from pilotfish.api.serviceworkload import ServiceWorkload
 from pilotfish.kube import projections
 from pilotfish.kube.informer import Handler, Obj, object_key
 from pilotfish.kube.ownwrites import OwnWrites
-from pilotfish.kube.rest import PODS, SERVICEWORKLOADS
+from pilotfish.kube.rest import LEASES, PODS, SERVICEWORKLOADS, ApiError
 from pilotfish.kube.runtime import Runtime
 from pilotfish.kube.workqueue import (
     DONE,
@@ -44,6 +50,7 @@ from pilotfish.kube.workqueue import (
     WorkQueue,
     requeue_after,
 )
+from pilotfish.operators.serviceworkload import atmostone
 from pilotfish.operators.serviceworkload import pdb as pdbs
 from pilotfish.operators.serviceworkload import revisions as revs
 from pilotfish.operators.serviceworkload.apply import CONTROLLER, Executor, Trackers
@@ -113,6 +120,11 @@ class ServiceWorkloadController:
         self.pods.add_handler(self._indexer(self.pods_of))
         self.revisions.add_handler(self._indexer(self.revisions_of))
         self.pdbs.add_handler(self._on_pdb)
+        # At-most-one workloads waiting for a silent node, by the node: a renewal of it
+        # brings them back at once (the node returned: nothing is released).
+        self.waiting: dict[str, str] = {}
+        rt.silence.watch(factory)
+        rt.silence.add_listener(self._on_renewal)
 
     # Observe ------------------------------------------------------------------------------
 
@@ -121,6 +133,7 @@ class ServiceWorkloadController:
         if kind == "DELETED":
             self.failures.pop(key, None)
             self._set_state(key, None)
+            self._set_waiting(key, None)
         self.queue.add(key)
 
     def _indexer(self, index: dict[str, set[str]]) -> Handler:
@@ -146,6 +159,37 @@ class ServiceWorkloadController:
                     self.queue.add(owner)
 
         return handle
+
+    def _on_renewal(self, node: str) -> None:
+        for key, waiting_on in list(self.waiting.items()):
+            if waiting_on == node:
+                self.queue.add(key)
+
+    def _set_waiting(self, key: str, node: str | None) -> None:
+        if node is None:
+            self.waiting.pop(key, None)
+        else:
+            self.waiting[key] = node
+        metrics.SW_AT_MOST_ONE_WAITING.set(len(self.waiting))
+
+    async def fencing(self, sw: Obj, pods: tuple[Obj, ...]) -> atmostone.Fencing:
+        """The identity Lease as the API has it now, and the silence of the pods' nodes."""
+        meta = sw["metadata"]
+        path = LEASES.path(meta["namespace"], atmostone.lease_name(meta["name"]))
+        try:
+            lease: Obj | None = await self.rt.rest.get(path)
+        except ApiError as e:
+            if not e.not_found:
+                raise
+            lease = None
+        silence = self.rt.silence
+        nodes = {str(n) for p in pods if (n := (p.get("spec") or {}).get("nodeName"))}
+        return atmostone.Fencing(
+            lease=lease,
+            silent={n: silence.silent_for(n) for n in nodes},
+            release_after=silence.settings.at_most_one_release_after,
+            lease_seconds=max(1, round(silence.settings.unreachable_after)),
+        )
 
     def _on_pdb(self, _kind: str, obj: Obj, _old: Obj | None) -> None:
         key = object_key(obj)
@@ -186,6 +230,7 @@ class ServiceWorkloadController:
         if sw is None:
             self.failures.pop(key, None)
             self._set_state(key, None)
+            self._set_waiting(key, None)
             return DONE
         if sw["metadata"].get("deletionTimestamp"):
             return DONE  # the garbage collector removes pods, revisions and the PDB with it
@@ -195,7 +240,11 @@ class ServiceWorkloadController:
             model = ServiceWorkload.model_validate(sw)
         except ValidationError as e:
             return await self.executor.apply(invalid(key, sw, str(e)))
-        plan = decide(self.observe(key, sw, model))
+        obs = self.observe(key, sw, model)
+        if model.spec.at_most_one:
+            obs = dataclasses.replace(obs, fencing=await self.fencing(sw, obs.pods))
+        plan = decide(obs)
+        self._set_waiting(key, plan.fencing.waiting_on if plan.fencing else None)
         self._log(plan)
         result = await self.executor.apply(plan)
         if plan.state is not None:
@@ -203,7 +252,10 @@ class ServiceWorkloadController:
         return result
 
     def _log(self, plan: Plan) -> None:
-        if plan.takedowns or plan.creates or plan.revision is not None:
+        fenced = plan.fencing is not None and (
+            plan.fencing.lease or plan.fencing.deletes or plan.fencing.create
+        )
+        if plan.takedowns or plan.creates or plan.revision is not None or fenced:
             log.info("rollout plan", extra={"workload": plan.key, **plan.summary})
 
     def _set_state(self, key: str, state: str | None) -> None:

@@ -4,7 +4,8 @@ The phases, in the order the Deployment controller runs them:
 
 1. sync (`sync`): the template's ControllerRevision and the PodDisruptionBudget; a round
    that must record a revision stops there (pods of it wait for it to be visible);
-2. rolling (`rolling.plan`): pods to create, drain and delete within the budget;
+2. rolling (`rolling.plan`): pods to create, drain and delete within the budget; for an
+   `atMostOne` workload the fencing phase (`atmostone`) instead, which replaces, never surges;
 3. progress (`progress`): complete, paused, progressing or stalled at the deadline;
 4. status (`status.compute_status`): counts and conditions, computed last and from the
    pods observed at the start of the round, never from what the round is about to do;
@@ -22,12 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pilotfish.api.serviceworkload import PROGRESSING
+from pilotfish.operators.serviceworkload import atmostone, rolling
 from pilotfish.operators.serviceworkload import progress as prog
 from pilotfish.operators.serviceworkload import revisions as revs
-from pilotfish.operators.serviceworkload import rolling
 from pilotfish.operators.serviceworkload.model import Event, Observed, parse_time, pod_state
 from pilotfish.operators.serviceworkload.status import (
     compute_status,
+    drop_condition,
+    put_condition,
     stable_revision,
     transition_time,
 )
@@ -88,6 +91,10 @@ class Plan:
     creates: tuple[CreatePods, ...] = ()
     status: StatusWrite | None = None
     prune: tuple[revs.RevisionInfo, ...] = ()
+    # An atMostOne workload's steps (instead of `takedowns` and `creates`), and the template
+    # of the revision its next pod runs.
+    fencing: atmostone.FencingPlan | None = None
+    fencing_template: Mapping[str, Any] | None = None
     # The earliest moment (wall time) the decision would change with no event.
     wake_at: float | None = None
     state: prog.State | None = None  # for the rollout-state gauge
@@ -132,6 +139,16 @@ def pod_writes(
     return tuple(takedowns), tuple(creates)
 
 
+def fencing_summary(fence: atmostone.FencingPlan) -> dict[str, Any]:
+    lease = fence.lease.body if fence.lease else None
+    return {
+        "at_most_one": fence.condition[1],
+        "lease_epoch": atmostone.epoch_of(lease) if lease else None,
+        "fenced_deletes": [d.name for d in fence.deletes],
+        "fenced_create": fence.create.name if fence.create else None,
+    }
+
+
 def announcement(previous: Mapping[str, Any], status: Obj, verdict: prog.Progress) -> Event | None:
     """An Event when a rollout completes or stalls (the transitions people wait for)."""
 
@@ -153,9 +170,12 @@ def decide(obs: Observed) -> Plan:
     spec = obs.model.spec
     strategy = spec.strategy
     now = obs.now
-    budget = rolling.resolve_budget(
-        spec.replicas, strategy.max_surge, strategy.max_unavailable, strategy.min_ready_seconds
-    )
+    if spec.at_most_one:  # replace, never surge: the old pod is gone before the new exists
+        budget = rolling.Budget(spec.replicas, 0, 1, float(strategy.min_ready_seconds))
+    else:
+        budget = rolling.resolve_budget(
+            spec.replicas, strategy.max_surge, strategy.max_unavailable, strategy.min_ready_seconds
+        )
 
     # 1. sync
     synced = decide_sync(obs, budget, format_micro_time(obs.at))
@@ -176,10 +196,34 @@ def decide(obs: Observed) -> Plan:
         paused=strategy.paused,
         drain=spec.service is not None,
     )
-    pods = rolling.plan(states, desired, now)
     templates = {r.hash: r.template for r in obs.revisions}
     templates[update_hash] = template
-    takedowns, creates = pod_writes(obs, pods, templates)
+    fence = None
+    if obs.fencing is not None:
+        pods = rolling.Plan()
+        takedowns: tuple[PodWrite, ...] = ()
+        creates: tuple[CreatePods, ...] = ()
+        revision = desired.stable_revision if strategy.paused else update_hash
+        previous_reason = next(
+            (
+                c.get("reason")
+                for c in previous.get("conditions") or []
+                if c.get("type") == atmostone.CONDITION
+            ),
+            None,
+        )
+        fence = atmostone.decide_fencing(
+            sw=obs.sw,
+            pods=obs.pods,
+            fencing=obs.fencing,
+            replicas=spec.replicas,
+            revision=revision or update_hash,
+            at=obs.at,
+            previous_reason=previous_reason,
+        )
+    else:
+        pods = rolling.plan(states, desired, now)
+        takedowns, creates = pod_writes(obs, pods, templates)
 
     # 3. progress
     complete = prog.is_complete(states, desired, now)
@@ -216,12 +260,18 @@ def decide(obs: Observed) -> Plan:
         now_str=format_time(obs.at),
         failure=obs.failure if obs.failure and obs.failure.generation == obs.generation else None,
     )
+    if fence is not None:
+        put_condition(status, atmostone.CONDITION, *fence.condition, obs.generation, obs.at)
+    else:
+        drop_condition(status, atmostone.CONDITION)
     write = None
     if status != previous:
         announce = announcement(previous, status, verdict)
         write = StatusWrite(status, str(meta["resourceVersion"]), announce)
     in_use = {p.revision for p in states} | {current, update_hash}
     wakes = [t for t in (pods.wake_at, verdict.deadline_at) if t is not None]
+    if fence is not None and fence.wake_in is not None:
+        wakes.append(now + max(0.0, fence.wake_in))
     return Plan(
         obs.key,
         obs.sw,
@@ -233,10 +283,13 @@ def decide(obs: Observed) -> Plan:
         prune=tuple(prune(obs, update_hash, in_use)),
         wake_at=min(wakes) if wakes else None,
         state=verdict.state,
+        fencing=fence,
+        fencing_template=templates.get(fence.create.revision) if fence and fence.create else None,
         summary={
             "creates": pods.creates,
             "drains": len(pods.drains),
             "deletes": len(pods.deletes),
             "update": update_hash,
+            **(fencing_summary(fence) if fence is not None else {}),
         },
     )

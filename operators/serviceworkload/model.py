@@ -19,18 +19,30 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pilotfish.api.serviceworkload import ServiceWorkload
 from pilotfish.operators.serviceworkload.revisions import RevisionInfo, controlled_by
 from pilotfish.operators.serviceworkload.rolling import PodState
 from pilotfish.operators.serviceworkload.status import ReplicaFailure
 from pilotfish.timeutil import parse_time_or_none
-from pilotfish.workloads import ANNOTATION_DRAIN, ANNOTATION_DRAINED, LABEL_REVISION
+from pilotfish.workloads import (
+    ANNOTATION_DRAIN,
+    ANNOTATION_DRAINED,
+    DISRUPTION_NODE_LOST,
+    LABEL_REVISION,
+)
+
+if TYPE_CHECKING:
+    from pilotfish.operators.serviceworkload.atmostone import Fencing
 
 Obj = dict[str, Any]
 
 KIND: Final = "ServiceWorkload"
+DISRUPTION_TARGET: Final = "DisruptionTarget"
+# DisruptionTarget reasons of a pod evicted from a lost node: Pilotfish's node lifecycle
+# controller's, and upstream's taint-eviction controller's (managed clusters).
+NODE_LOST_REASONS: Final = frozenset({DISRUPTION_NODE_LOST, "DeletionByTaintManager"})
 
 EventType = Literal["Normal", "Warning"]
 
@@ -60,6 +72,8 @@ class Observed:
     # The last refused pod create of this generation (in-process memory: re-learnt by the
     # next refused create after a restart).
     failure: ReplicaFailure | None = None
+    # For an `atMostOne` workload: its identity Lease and its pods' nodes' silence.
+    fencing: Fencing | None = None
 
     @property
     def now(self) -> float:
@@ -134,6 +148,19 @@ def _unschedulable(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
+def evicted_from_lost_node(pod: Mapping[str, Any]) -> bool:
+    """Being deleted after an eviction from a lost node: Terminating until the node
+    returns, and never counted (see `rolling`)."""
+    if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return any(
+        c.get("type") == DISRUPTION_TARGET
+        and c.get("status") == "True"
+        and c.get("reason") in NODE_LOST_REASONS
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
 def pod_state(pod: Mapping[str, Any], now: float) -> PodState:
     """The planner's view of a pod. An unreadable drain-request time counts as long ago
     (the request is there; waiting forever on an unreadable time would wedge the pod)."""
@@ -156,4 +183,5 @@ def pod_state(pod: Mapping[str, Any], now: float) -> PodState:
         drained_at=parse_time(annotations.get(ANNOTATION_DRAINED)),
         has_address=bool(status.get("podIP")),
         unschedulable=_unschedulable(pod),
+        lost=evicted_from_lost_node(pod),
     )

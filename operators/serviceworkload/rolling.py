@@ -44,7 +44,10 @@ not beyond: pods above the floor that are not available yet are what step 4b tak
 A new workload (nothing stable yet), or one whose rollout completed, fills up at once.
 
 Failed (and Succeeded) pods no longer run: they do not count, are replaced like missing pods
-and deleted without a drain (nothing serves from them).
+and deleted without a drain (nothing serves from them). Pods evicted from a lost node (the
+node lifecycle controller's DisruptionTarget, or upstream's taint manager's) are Terminating
+until the node returns, which may be never: they do not count either, so their replacements
+start at once.
 """
 
 from __future__ import annotations
@@ -80,11 +83,15 @@ class PodState:
     has_address: bool = False  # has a pod IP, so it may be in an EndpointSlice
     # The scheduler's reason while it cannot place the pod (PodScheduled False, Unschedulable).
     unschedulable: str | None = None
+    # Evicted from a lost node (terminating, DisruptionTarget for a lost node): it stays
+    # Terminating until the node returns, and no longer serves, so it is not counted.
+    lost: bool = False
 
     @property
     def counted(self) -> bool:
-        """Counts toward the surge bound: exists and has not terminated."""
-        return not self.terminated
+        """Counts toward the surge bound: exists, has not terminated and was not evicted
+        from a lost node (its replacement starts at once, as a ReplicaSet's would)."""
+        return not (self.terminated or self.lost)
 
     @property
     def active(self) -> bool:

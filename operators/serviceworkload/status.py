@@ -1,4 +1,4 @@
-"""A ServiceWorkload's status: replica counts, revisions and three conditions.
+"""A ServiceWorkload's status: replica counts, revisions and its conditions.
 
 - Available: at least `replicas - maxUnavailable` pods are available (Ready for
   minReadySeconds, not draining): the service is within its budget. This is what
@@ -16,6 +16,12 @@
   Progressing does not claim progress (False, reason ReplicaFailure) until the deadline
   turns it into a stall; the condition goes away with the first create that succeeds.
 
+- AtMostOne (only for `atMostOne: true`, set by the fencing phase, `atmostone`): True
+  while the identity is held (Held, with the holder and its epoch) or not needed (NoReplicas);
+  False while a pod on a silent node may still run (WaitingForLeaseExpiry, with the pod, its
+  node and when it is released), while a replaced pod stops (Replacing), or when the Lease's
+  name is someone else's (LeaseNotOwned).
+
 Counts: `replicas` is every pod that is neither terminated nor being deleted (draining pods
 included: they still run); `readyReplicas`, `availableReplicas` and `updatedReplicas` leave
 draining pods out, because they are leaving rotation. `currentRevision` is the last revision
@@ -29,6 +35,7 @@ a status that did not change is byte-identical and not written again.
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -45,6 +52,7 @@ from pilotfish.operators.serviceworkload.progress import (
     Progress,
 )
 from pilotfish.operators.serviceworkload.rolling import Desired, PodState
+from pilotfish.timeutil import format_time
 from pilotfish.workloads import LABEL_WORKLOAD
 
 # Reasons of the Available condition.
@@ -219,3 +227,26 @@ def compute_status(
         "conditions": conditions,
     }
     return {k: v for k, v in status.items() if v is not None}
+
+
+def put_condition(
+    status: Obj,
+    type_: str,
+    state: str,
+    reason: str,
+    message: str,
+    generation: int | None,
+    at: datetime.datetime,
+) -> None:
+    """Set one condition a later phase decides (at-most-one) in a computed `status`."""
+    conditions = [c for c in status.get("conditions") or [] if isinstance(c, Mapping)]
+    new = set_condition(conditions, type_, state, reason, message, generation, format_time(at))
+    status["conditions"] = [c for c in conditions if c.get("type") != type_] + [new]
+
+
+def drop_condition(status: Obj, type_: str) -> None:
+    status["conditions"] = [
+        c
+        for c in status.get("conditions") or []
+        if isinstance(c, Mapping) and c.get("type") != type_
+    ]

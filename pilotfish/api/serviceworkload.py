@@ -174,6 +174,17 @@ class ServiceSpec(ApiModel):
 class ServiceWorkloadSpec(ApiModel):
     """The desired state of a ServiceWorkload."""
 
+    cel_rules = (
+        CelRule(
+            rule="!has(self.atMostOne) || !self.atMostOne || !has(self.replicas) "
+            "|| self.replicas <= 1",
+            message="replicas must be 0 or 1 when atMostOne is true: an at-most-one "
+            "workload runs one pod at most (set replicas to 0 or 1, or atMostOne to false)",
+            holds=lambda s: not s.at_most_one or s.replicas <= 1,
+            field_path=".replicas",
+        ),
+    )
+
     replicas: int = Field(default=1, ge=0, description="Number of pods to keep running.")
     template: PodTemplate = Field(description="The pods to run.")
     band: Band = Field(
@@ -187,8 +198,12 @@ class ServiceWorkloadSpec(ApiModel):
     strategy: Strategy = object_field(Strategy, "How a new template replaces the old one.")
     at_most_one: bool = Field(
         default=False,
-        description="Never run two pods of the same replica at once, even when a node is "
-        "unreachable: the replacement waits until the old pod is known gone (fencing).",
+        description="Never run two copies of the pod at once, even when its node is "
+        "unreachable: replicas must be 0 or 1; the pod holds an identity Lease "
+        "(<name>-at-most-one) and carries a fencing epoch (annotation pilotfish.io/epoch, env "
+        "PILOTFISH_EPOCH) that every replacement raises; a replacement waits until the old pod "
+        "is gone, terminal, or its node has been silent past the lease plus a clock-drift "
+        "margin; rollouts delete, wait until gone, then create (maxSurge is not used).",
     )
     service: ServiceSpec | None = Field(
         default=None,

@@ -16,7 +16,7 @@ from pathlib import Path
 from pilotfish import log, names, ports
 from pilotfish.devcluster import cluster
 from pilotfish.devcluster.binaries import MissingBinaries
-from pilotfish.devcluster.components import Layout
+from pilotfish.devcluster.components import NODE_LIFECYCLE_MODES, Layout
 from pilotfish.devcluster.supervisor import ComponentError, Supervisor
 
 
@@ -29,6 +29,7 @@ def _dev(args: argparse.Namespace) -> int:
                 nodes=args.nodes,
                 port_offset=args.port_offset,
                 pilotfish=False if args.bare else None,
+                node_lifecycle=args.node_lifecycle,
             )
             cluster.up(state, spec)
             print(f"pilotfish dev cluster is up ({state})")
@@ -70,8 +71,13 @@ def _extender(args: argparse.Namespace) -> int:
 
 
 def _webhooks(args: argparse.Namespace) -> int:
-    from pilotfish.webhooks import server
+    from pilotfish.webhooks import server, tolerations
 
+    try:
+        eviction_wait = tolerations.eviction_wait_from_env()
+    except ValueError as e:
+        print(f"pilotfish webhooks: {e}", file=sys.stderr)
+        return 2
     asyncio.run(
         server.serve(
             args.host,
@@ -83,6 +89,7 @@ def _webhooks(args: argparse.Namespace) -> int:
             foreign_schedulers=args.foreign_schedulers,
             client_ca=args.client_ca,
             health_port=args.health_port,
+            eviction_wait=eviction_wait,
         )
     )
     return 0
@@ -143,6 +150,13 @@ def parser() -> argparse.ArgumentParser:
     upp.add_argument("--nodes", type=int, help=f"fake nodes (default {cluster.DEFAULT_NODES})")
     upp.add_argument("--port-offset", type=int, help="shift every local port (default 0)")
     upp.add_argument("--bare", action="store_true", help="do not install Pilotfish")
+    upp.add_argument(
+        "--node-lifecycle",
+        choices=NODE_LIFECYCLE_MODES,
+        help="who notices a silent machine: pilotfish (default; upstream's node lifecycle and "
+        "taint eviction controllers off) or upstream (both on at their defaults, as on a "
+        "managed cluster); kept for later `up`s, and switched on a running cluster",
+    )
     downp = dsub.add_parser("down", help="stop what `up` started")
     _state_flag(downp)
     downp.add_argument("--purge", action="store_true", help="also delete the state directory")

@@ -1,6 +1,6 @@
 """`kubectl pilotfish why POD`: why a pod is not running yet, in plain sentences (a batch
 task also says which task it is and what it waits on first; `why bw/NAME` explains a whole
-BatchWorkload: `whybatch`).
+BatchWorkload: `whybatch`; a pod on a lost node, and an at-most-one pod: `whylost`).
 
 The seeds' pitfall: calling SchedulingGated a scheduling failure. A gated pod was never tried
 by the scheduler; an unschedulable one was tried and refused; a bound pod that does not run
@@ -23,6 +23,7 @@ from pilotfish import gates
 from pilotfish.cli.gates_list import condition_text, state_condition
 from pilotfish.cli.output import ago, human_duration
 from pilotfish.cli.whybatch import parse_target, run_batch, task_layer
+from pilotfish.cli.whylost import lost_layer
 from pilotfish.cli.whyquota import quota_layer
 from pilotfish.kube.rest import PODS, ApiError, Resource, Rest
 from pilotfish.timeutil import SYSTEM_CLOCK, Clock
@@ -374,7 +375,9 @@ async def run(
     except ApiError as e:
         print(f"warning: cannot read the pod's events ({e.status} {e.message})", file=err)
         events = []
-    for line in [*await task_layer(rest, pod, err), *explain(pod, events, clock.now())]:
+    now = clock.now()
+    lines = [*await task_layer(rest, pod, err), *explain(pod, events, now)]
+    for line in [*lines, *await lost_layer(rest, pod, now, err)]:
         print(line, file=out)
     sentence = await quota_layer(rest, pod, namespace, err)
     if sentence:

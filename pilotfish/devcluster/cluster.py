@@ -59,6 +59,11 @@ class ClusterSpec:
     nodes: int = DEFAULT_NODES
     port_offset: int = 0
     pilotfish: bool = True
+    # Who notices a silent machine: "pilotfish" or "upstream" (`components.CONTROLLERS`).
+    node_lifecycle: str = components.NODE_LIFECYCLE_PILOTFISH
+
+    def __post_init__(self) -> None:
+        components.check_node_lifecycle(self.node_lifecycle)
 
     @property
     def ports(self) -> Ports:
@@ -81,10 +86,20 @@ def _probe(url: str, pk: pki.Pki) -> Health:
     )
 
 
-def host_processes(layout: Layout, p: Ports) -> list[Component]:
+def operator_env(node_lifecycle: str) -> tuple[tuple[str, str], ...]:
+    """The operator's mode, always said out loud: a PILOTFISH_NODE_LIFECYCLE left in the shell
+    that ran `up` must not make the operator disagree with kube-controller-manager."""
+    return (("PILOTFISH_NODE_LIFECYCLE", components.check_node_lifecycle(node_lifecycle)),)
+
+
+def host_processes(layout: Layout, p: Ports, node_lifecycle: str | None = None) -> list[Component]:
     """Pilotfish's own parts as host processes, each with its chart ServiceAccount's token,
     each under `pilotfish dev supervise` so that it is restarted whenever it exits, and each
-    listening on loopback only."""
+    listening on loopback only. `node_lifecycle` None: the mode saved in the state directory,
+    so whoever restarts the operator (a test, a benchmark) keeps the cluster's mode."""
+    if node_lifecycle is None:
+        saved = load_spec(layout)
+        node_lifecycle = saved.node_lifecycle if saved else components.NODE_LIFECYCLE_PILOTFISH
     py = sys.executable
     pk = layout.pki
     parts = [
@@ -160,6 +175,7 @@ def host_processes(layout: Layout, p: Ports) -> list[Component]:
             ),
             Health(f"http://127.0.0.1:{p.operator_metrics}/healthz"),
             p.operator_metrics,
+            env=operator_env(node_lifecycle),
         ),
     ]
     return [
@@ -317,7 +333,7 @@ def install_pilotfish(layout: Layout, spec: ClusterSpec, bins: Path) -> None:
             token=tr.status.token,
             namespace=names.SYSTEM_NAMESPACE,
         )
-    for c in host_processes(layout, spec.ports):
+    for c in host_processes(layout, spec.ports, spec.node_lifecycle):
         supervisor.start(layout, c, ready_timeout=60)
 
 
@@ -346,10 +362,11 @@ def _any_running(layout: Layout, spec: ClusterSpec) -> bool:
 def up(state: Path, spec: ClusterSpec | None = None) -> Layout:
     layout = Layout(state)
     spec = spec or resolve_spec(layout)
+    saved = load_spec(layout)
     state.mkdir(parents=True, exist_ok=True)
     bins = binaries.bin_dir()
     _write_configs(layout, spec, bins)
-    for c in components.control_plane(layout, spec.ports, bins):
+    for c in components.control_plane(layout, spec.ports, bins, spec.node_lifecycle):
         log.info("starting", extra={"component": c.name})
         supervisor.start(layout, c, ready_timeout=120)
     api = api_client(layout)
@@ -358,7 +375,48 @@ def up(state: Path, spec: ClusterSpec | None = None) -> Layout:
     wait_for(f"{spec.nodes} kwok nodes Ready", lambda: len(ready_nodes(api)) >= spec.nodes)
     if spec.pilotfish:
         install_pilotfish(layout, spec, bins)
+    if saved is not None and saved.node_lifecycle != spec.node_lifecycle:
+        # What already ran healthy was left alone above, still in the old mode.
+        _restart_for_mode(layout, spec, bins)
     return layout
+
+
+def switch_node_lifecycle(layout: Layout, ports: Ports, mode: str) -> ClusterSpec:
+    """Move a running local cluster to `mode` ("pilotfish" or "upstream"): restart
+    kube-controller-manager with that mode's controllers and the operator with its
+    PILOTFISH_NODE_LIFECYCLE, and save the mode, so a later `up` or a supervisor's restart
+    keeps it. Nodes, pods and the rest of the control plane stay as they are (a benchmark
+    measures both modes on one cluster)."""
+    saved = load_spec(layout)
+    if saved is None:
+        raise RuntimeError(f"no local cluster in {layout.root} (run `pilotfish dev up`)")
+    if saved.ports != ports:
+        raise ValueError(
+            f"ports: the cluster in {layout.root} runs with --port-offset {saved.port_offset}, "
+            "not on the ports given"
+        )
+    spec = dataclasses.replace(saved, node_lifecycle=components.check_node_lifecycle(mode))
+    layout.cluster_file.write_text(json.dumps(dataclasses.asdict(spec), indent=2) + "\n")
+    _restart_for_mode(layout, spec, binaries.bin_dir())
+    return spec
+
+
+def _restart_for_mode(layout: Layout, spec: ClusterSpec, bins: Path) -> None:
+    """Restart the two processes whose behaviour the node lifecycle mode sets."""
+    kcm = next(
+        c
+        for c in components.control_plane(layout, spec.ports, bins, spec.node_lifecycle)
+        if c.name == "kube-controller-manager"
+    )
+    restart = [kcm]
+    if spec.pilotfish:
+        hosts = host_processes(layout, spec.ports, spec.node_lifecycle)
+        restart += [c for c in hosts if c.name == "pilotfish-operator"]
+    for c in restart:
+        log.info("restarting", extra={"component": c.name, "node_lifecycle": spec.node_lifecycle})
+        supervisor.stop(layout, c.name)
+        wait_for(f"port {c.port} free", lambda c=c: not supervisor.port_in_use(c.port), 30)
+        supervisor.start(layout, c, ready_timeout=120)
 
 
 def _has_default_sa(api: k8s.ApiClient) -> bool:
@@ -396,6 +454,7 @@ def status(state: Path) -> dict[str, Any]:
     out: dict[str, Any] = {
         "state": str(state),
         "kubeconfig": str(layout.admin_kubeconfig),
+        "nodeLifecycle": spec.node_lifecycle,
         "components": {},
     }
     for c in comps:

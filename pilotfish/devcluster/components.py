@@ -19,10 +19,24 @@ from pilotfish.devcluster import stages
 from pilotfish.devcluster.pki import Pki
 
 SERVICE_CIDR = "10.96.0.0/16"
-# Upstream's node lifecycle controller is off locally; Pilotfish's `nodelifecycle` controller
-# lifts the not-ready scheduling taints instead (it does not detect lease silence yet).
-CONTROLLERS = "*,-node-lifecycle-controller"
-# Upstream's stages; batch tasks end by Pilotfish's own (`stages.task_stages`), not by
+# Who notices a silent machine (`pilotfish.nodesilence.MODES`, spelled out here so the CLI
+# does not import the runtime). "pilotfish": upstream's node lifecycle and taint eviction
+# controllers are off and Pilotfish's `nodelifecycle` controller marks, taints and evicts.
+# "upstream": both run at upstream's defaults (in v1.36: --node-monitor-grace-period 50s,
+# and the 300 s DefaultTolerationSeconds, which Pilotfish's webhook shortens), as on a managed
+# cluster where they cannot be turned off; Pilotfish owns only the at-most-one release and
+# the brake's report there.
+NODE_LIFECYCLE_PILOTFISH = "pilotfish"
+NODE_LIFECYCLE_UPSTREAM = "upstream"
+NODE_LIFECYCLE_MODES = (NODE_LIFECYCLE_PILOTFISH, NODE_LIFECYCLE_UPSTREAM)
+# kube-controller-manager's --controllers per mode. Both controllers go in pilotfish mode: the
+# taint eviction controller alone would still evict every pod that does not tolerate the
+# unreachable NoExecute taint Pilotfish itself puts on a lost node.
+CONTROLLERS = {
+    NODE_LIFECYCLE_PILOTFISH: "*,-node-lifecycle-controller,-taint-eviction-controller",
+    NODE_LIFECYCLE_UPSTREAM: "*",
+}
+# Upstream's stages; batch tasks end by Pilotfish's own (`stages.pod_stages`), not by
 # upstream's pod-complete, which ends every Job pod at once.
 KWOK_STAGES = (
     "node/fast/node-initialize.yaml",
@@ -119,6 +133,17 @@ class Component:
     argv: tuple[str, ...]
     health: Health
     port: int
+    # Set in the process's environment on top of the starting process's own (the supervised
+    # child inherits them from its supervisor, so a restart keeps them).
+    env: tuple[tuple[str, str], ...] = ()
+
+
+def check_node_lifecycle(mode: str) -> str:
+    if mode not in NODE_LIFECYCLE_MODES:
+        raise ValueError(
+            f"node lifecycle {mode!r}: must be one of {', '.join(NODE_LIFECYCLE_MODES)}"
+        )
+    return mode
 
 
 def advertise_address() -> str | None:
@@ -272,12 +297,16 @@ def kwok_config(stage_dir: Path, p: Ports) -> list[dict[str, Any]]:
     ]
     for rel in KWOK_STAGES:
         docs.extend(d for d in yaml.safe_load_all((stage_dir / rel).read_text()) if d)
-    docs.extend(stages.task_stages())
+    docs.extend(stages.pod_stages())
     return docs
 
 
-def control_plane(layout: Layout, p: Ports, bin_dir: Path) -> list[Component]:
-    """The processes of the local control plane in start order."""
+def control_plane(
+    layout: Layout, p: Ports, bin_dir: Path, node_lifecycle: str = NODE_LIFECYCLE_PILOTFISH
+) -> list[Component]:
+    """The processes of the local control plane in start order; `node_lifecycle` decides
+    kube-controller-manager's controllers (`CONTROLLERS`)."""
+    controllers = CONTROLLERS[check_node_lifecycle(node_lifecycle)]
     pki = layout.pki
     cfg = layout.config
     apiserver = f"https://127.0.0.1:{p.apiserver}"
@@ -353,7 +382,7 @@ def control_plane(layout: Layout, p: Ports, bin_dir: Path) -> list[Component]:
             "--bind-address=127.0.0.1",
             f"--secure-port={p.controller_manager}",
             "--leader-elect=false",
-            f"--controllers={CONTROLLERS}",
+            f"--controllers={controllers}",
             f"--root-ca-file={pki.ca_cert}",
             f"--service-account-private-key-file={pki.sa_key}",
             "--use-service-account-credentials=true",

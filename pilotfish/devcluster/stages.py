@@ -10,6 +10,11 @@ The end of the run is an absolute time, the pod's `status.startTime` plus the ru
 kwok restarts a stage's delay on every change to the pod, so a relative delay would start
 over each time a controller patched a running task. `startTime` has one-second precision,
 so a task runs between `run-seconds - 1` and `run-seconds` seconds.
+
+One more kubelet habit kwok lacks: a kubelet re-reports the status it holds when the API's
+copy differs, so a pod that the node lifecycle controller marked not ready while its node was
+silent (`NodeUnreachable`) is Ready again once the node is back. kwok does not re-sync a pod
+it takes back, so `resync_stage` plays that.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ ANNOTATION_EXIT_CODE: Final = "kwok.pilotfish.io/exit-code"
 TASK_OWNER_KINDS: Final = ("Job", "BatchWorkload")
 STAGE_SUCCEED: Final = "pilotfish-task-succeed"
 STAGE_FAIL: Final = "pilotfish-task-fail"
+STAGE_RESYNC: Final = "pilotfish-pod-resync"
+# The reason the node lifecycle controller gives a pod it marks not ready on a lost node.
+REASON_NODE_UNREACHABLE: Final = "NodeUnreachable"
 
 # jq over the pod. A failing task names a positive exit code of at most three digits without
 # leading zeros (exit codes are 0..255; more digits could overflow the API's int32, and a
@@ -104,3 +112,40 @@ def task_stages() -> list[dict[str, Any]]:
         _stage(STAGE_SUCCEED, False, _status_template("Succeeded", "Completed", "0")),
         _stage(STAGE_FAIL, True, _status_template("Failed", "Error", exit_code)),
     ]
+
+
+def resync_stage() -> dict[str, Any]:
+    """A running pod marked not ready for its node's silence is Ready again once kwok plays
+    its node again (kwok plays only the pods of nodes it manages)."""
+    ready = '.status.conditions.[] | select( .type == "Ready" ) | .reason'
+    return {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": STAGE_RESYNC},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {
+                "matchExpressions": [
+                    {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+                    {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+                    {"key": ready, "operator": "In", "values": [REASON_NODE_UNREACHABLE]},
+                ]
+            },
+            "next": {
+                "statusTemplate": """{{ $now := Now }}
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Ready
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: ContainersReady
+"""
+            },
+        },
+    }
+
+
+def pod_stages() -> list[dict[str, Any]]:
+    """Pilotfish's pod stages, after upstream's: the task ends and the kubelet's re-sync."""
+    return [*task_stages(), resync_stage()]

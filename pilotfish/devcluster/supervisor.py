@@ -167,7 +167,7 @@ def start(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **dict(c.env), **(env or {})},
         )
     started = _proc_start(proc.pid)
     if started is None:

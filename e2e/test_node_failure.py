@@ -45,6 +45,7 @@ from benchmarks.probes import nodefailure as nf
 from e2e.conftest import Env, team_namespace, tenant_of, wait_until
 from e2e.lostnodes import fault_zone, lease_renew_time, restore, silence
 from e2e.recorder import Recorder, items
+from e2e.test_serviceworkload import service_workload
 from pilotfish import names
 from pilotfish.timeutil import parse_time
 from pilotfish.workloads import DISRUPTION_NODE_LOST
@@ -74,35 +75,14 @@ RETURN_TIMEOUT: Final = 60.0
 HEALED: Final = 5.0  # recorded on after the return
 
 
-def template(app: str) -> dict[str, Any]:
-    return {
-        "metadata": {"labels": {"app": app}},
-        "spec": {
-            "containers": [
-                {
-                    "name": "app",
-                    "image": "example/app:1",
-                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-                }
-            ],
-            "terminationGracePeriodSeconds": 5,
-        },
-    }
-
-
 def workload(name: str, replicas: int, zones: list[str]) -> dict[str, Any]:
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": "ServiceWorkload",
-        "metadata": {"name": name},
-        "spec": {
-            "team": TEAM,
-            "replicas": replicas,
-            "template": template(name),
-            "placement": {"zones": zones},
-            "service": {"ports": [{"name": "http", "port": 80}]},
-        },
-    }
+    return service_workload(
+        name,
+        TEAM,
+        replicas,
+        placement={"zones": zones},
+        service={"ports": [{"name": "http", "port": 80}]},
+    )
 
 
 @dataclass

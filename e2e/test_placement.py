@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client as k8s
 
 from e2e.conftest import Env, Tenant, wait_until
-from e2e.test_serviceworkload import pods_of, template
+from e2e.test_serviceworkload import pods_of, service_workload
 from pilotfish import names
 from pilotfish.devcluster.nodes import node_name
 
@@ -39,17 +39,7 @@ def ssd_nodes(env: Env) -> Iterator[tuple[str, ...]]:
 
 
 def create(tenant: Tenant, name: str, replicas: int, placement: dict[str, Any]) -> None:
-    body = {
-        "apiVersion": names.API_VERSION,
-        "kind": "ServiceWorkload",
-        "metadata": {"name": name},
-        "spec": {
-            "team": TEAM,
-            "replicas": replicas,
-            "template": template(),
-            "placement": placement,
-        },
-    }
+    body = service_workload(name, TEAM, replicas, placement=placement)
     k8s.CustomObjectsApi(tenant.api).create_namespaced_custom_object(
         names.GROUP, names.VERSION, tenant.namespace, PLURAL, body
     )

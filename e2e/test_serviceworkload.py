@@ -122,13 +122,18 @@ def ns(env: Env, namespace: str) -> Iterator[str]:
                 raise
 
 
-def workload(name: str, ns: str, replicas: int, **spec: Any) -> dict[str, Any]:
+def service_workload(name: str, team: str, replicas: int, **spec: Any) -> dict[str, Any]:
+    """A ServiceWorkload of `team` running `template()` unless `spec` says otherwise."""
     return {
         "apiVersion": names.API_VERSION,
         "kind": "ServiceWorkload",
         "metadata": {"name": name},
-        "spec": {"team": team_of(ns), "replicas": replicas, "template": template(), **spec},
+        "spec": {"team": team, "replicas": replicas, "template": template(), **spec},
     }
+
+
+def workload(name: str, ns: str, replicas: int, **spec: Any) -> dict[str, Any]:
+    return service_workload(name, team_of(ns), replicas, **spec)
 
 
 def custom(env: Env) -> k8s.CustomObjectsApi:

@@ -7,9 +7,10 @@ upstream's 300 s, so it is evicted 60 s after the taint and replaced; the at-mos
 tolerates the node's loss forever, so upstream never evicts it, and Pilotfish releases it
 once its lease has surely expired. The node then returns untainted and empty.
 
-This module runs its own local cluster in upstream mode (3 nodes, ports shifted 500 past the
-session's, its own state directory), beside or without the session's; the silenced node is
-one of the two in zone `e2e-upstream-a`, which only this module uses. One fixture silences
+This module switches the session's local cluster to upstream mode while it runs
+(`cluster.switch_node_lifecycle`: kube-controller-manager and the operator restart, about
+2 s) and back at its end; the silenced node is one of the two in zone `e2e-upstream-a`,
+which only this module uses. One fixture silences
 it once, samples the cluster every 0.5 s (`benchmarks.probes.nodefailure`) until both pods
 are replaced, restores it and records its return; the tests read the recording.
 """
@@ -19,25 +20,23 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import os
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 import pytest
 from kubernetes import client as k8s
 
 from benchmarks.probes import nodefailure as nf
-from e2e.conftest import E2E_PORT_OFFSET, Env, pilotfish_cli, team_namespace, tenant_of, wait_until
+from e2e.conftest import Env, team_namespace, tenant_of, wait_until
 from e2e.lostnodes import fault_zone, lease_renew_time, restore, silence
+from e2e.test_serviceworkload import service_workload
 from pilotfish import names
-from pilotfish.devcluster import binaries, cluster
-from pilotfish.devcluster.components import Layout
+from pilotfish.devcluster import cluster
+from pilotfish.nodesilence import MODE_PILOTFISH, MODE_UPSTREAM
 from pilotfish.timeutil import parse_time
 from pilotfish.webhooks.tolerations import LOST_NODE_TAINTS, UNREACHABLE
 
@@ -55,27 +54,18 @@ SCENARIO_TIMEOUT: Final = 240.0
 
 
 @pytest.fixture(scope="module")
-def upstream_env() -> Iterator[Env]:
-    """A local cluster of this module's own, in upstream mode; down unless PILOTFISH_E2E_KEEP."""
-    keep = bool(os.environ.get("PILOTFISH_E2E_KEEP"))
-    base = os.environ.get("PILOTFISH_E2E_STATE")
-    state = Path(f"{base}-upstream" if base else tempfile.mkdtemp(prefix="pilotfish-e2e-up-"))
-    spec = cluster.ClusterSpec(
-        nodes=3, port_offset=E2E_PORT_OFFSET + 500, node_lifecycle="upstream"
-    )
-    layout = Layout(state)
-    try:  # a cluster that came up only in part is brought down too
-        res = pilotfish_cli(
-            *("dev", "--state", str(state), "up", "--nodes", str(spec.nodes)),
-            *("--port-offset", str(spec.port_offset), "--node-lifecycle", spec.node_lifecycle),
-        )
-        assert res.returncode == 0, f"dev up --node-lifecycle upstream failed:\n{res.stderr}"
-        yield Env(
-            layout.admin_kubeconfig, cluster.api_client(layout), binaries.bin_dir(), layout, spec
-        )
+def upstream_env(env: Env) -> Iterator[Env]:
+    """The session's local cluster in upstream mode for this module (kube-controller-manager
+    with upstream's node lifecycle and taint eviction controllers, the operator told so),
+    switched back afterwards: a cluster of its own would cost a start-up and, beside the
+    suite, more CPU than the machine has."""
+    layout = env.require_local()
+    assert env.spec is not None
+    cluster.switch_node_lifecycle(layout, env.spec.ports, MODE_UPSTREAM)
+    try:
+        yield env
     finally:
-        if not keep:
-            pilotfish_cli("dev", "--state", str(state), "down", "--purge")
+        cluster.switch_node_lifecycle(layout, env.spec.ports, MODE_PILOTFISH)
 
 
 def _items(resp: Any) -> list[dict[str, Any]]:
@@ -156,27 +146,14 @@ class Recorder(threading.Thread):
 
 
 def workload(name: str, at_most_one: bool) -> dict[str, Any]:
-    container = {
-        "name": "app",
-        "image": "example/app:1",
-        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-    }
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": "ServiceWorkload",
-        "metadata": {"name": name},
-        "spec": {
-            "team": TEAM,
-            "replicas": 1,
-            "atMostOne": at_most_one,
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [container], "terminationGracePeriodSeconds": 5},
-            },
-            "placement": {"zones": [ZONE]},
-            "service": {"ports": [{"name": "http", "port": 80}]},
-        },
-    }
+    return service_workload(
+        name,
+        TEAM,
+        1,
+        atMostOne=at_most_one,
+        placement={"zones": [ZONE]},
+        service={"ports": [{"name": "http", "port": 80}]},
+    )
 
 
 @dataclass
@@ -187,13 +164,16 @@ class Recording:
     ordinary: str  # "ns/name" of the ordinary pod on `lost`
     held: str  # "ns/name" of the at-most-one pod on `lost`
     renewed: float  # the lost node's last lease renewal before silence
+    silenced_at: float  # when the node was silenced (its pods may be younger than `renewed`)
     restored_at: float
     snaps: list[Snap]
     events: list[dict[str, Any]]
     notes: list[str]
 
     def when(self, holds: Any, since: float | None = None) -> nf.When | None:
-        return nf.first([x.s for x in self.snaps], holds, self.renewed if since is None else since)
+        """The first sample after `since` (default: the silencing) where `holds` does."""
+        start = self.silenced_at if since is None else since
+        return nf.first([x.s for x in self.snaps], holds, start)
 
     def events_about(self, reason: str, name: str) -> list[dict[str, Any]]:
         return [
@@ -237,6 +217,7 @@ def _record(env: Env, stack: contextlib.ExitStack) -> Recording:
     renew = lease_renew_time(env, lost)
     assert isinstance(renew, datetime.datetime)
     notes: list[str] = []
+    silenced_at = time.time()
     silence(env, lost)
     try:
 
@@ -277,6 +258,7 @@ def _record(env: Env, stack: contextlib.ExitStack) -> Recording:
         ordinary=ordinary,
         held=held,
         renewed=max(renew.timestamp(), last_renewal or 0.0),
+        silenced_at=silenced_at,
         restored_at=restored_at,
         snaps=list(recorder.snaps),
         events=events,

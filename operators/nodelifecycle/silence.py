@@ -11,7 +11,7 @@ brake holds the node. A node whose lease this process never saw is not judged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from pilotfish.nodesilence import SilenceSettings
@@ -88,38 +88,25 @@ def plan_node(
     # The taints follow the Ready condition: decided once the Unknown written is seen.
     taints = None if status else decide(node, lost=True, now=now_wall)
     not_ready = pods_not_ready(node, pods, verdict.braked, now_wall)
-    if silent_for < evict_at:
-        return NodePlan(
-            node.name,
-            lost=True,
-            braked=verdict.braked,
-            node_status=status,
-            taints=taints,
-            not_ready=not_ready,
-            requeue_after=min(evict_at - silent_for + EPSILON, LOST_RECHECK),
-        )
-    if not verdict.may_evict:
-        wait = BRAKE_RECHECK
-        if verdict.release_at is not None:
-            wait = min(wait, max(verdict.release_at - now_mono, 0.0) + EPSILON)
-        return NodePlan(
-            node.name,
-            lost=True,
-            braked=verdict.braked,
-            node_status=status,
-            taints=taints,
-            not_ready=not_ready,
-            requeue_after=wait,
-            held=True,
-        )
-    evict = evictions(node, pods, silent_for, now_wall)
-    evicted = {e.pod.key for e in evict}  # a terminating pod is out of rotation anyway
-    return NodePlan(
+    lost = NodePlan(
         node.name,
         lost=True,
         braked=verdict.braked,
         node_status=status,
         taints=taints,
+        not_ready=not_ready,
+    )
+    if silent_for < evict_at:
+        return replace(lost, requeue_after=min(evict_at - silent_for + EPSILON, LOST_RECHECK))
+    if not verdict.may_evict:
+        wait = BRAKE_RECHECK
+        if verdict.release_at is not None:
+            wait = min(wait, max(verdict.release_at - now_mono, 0.0) + EPSILON)
+        return replace(lost, requeue_after=wait, held=True)
+    evict = evictions(node, pods, silent_for, now_wall)
+    evicted = {e.pod.key for e in evict}  # a terminating pod is out of rotation anyway
+    return replace(
+        lost,
         not_ready=tuple(c for c in not_ready if c.pod.key not in evicted),
         evict=evict,
         requeue_after=BRAKE_RECHECK if verdict.braked else LOST_RECHECK,

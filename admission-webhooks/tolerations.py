@@ -17,12 +17,12 @@ a toleration of 300 s: five minutes of lost capacity per machine failure. Here:
   a pod that waits longer holds only its own team's capacity. One caveat: a toleration exactly
   like upstream's default (Exists, NoExecute, 300 s) cannot be told from the plugin's and is
   shortened too.
-- An at-most-one pod (annotation `pilotfish.io/epoch`, set only by the ServiceWorkload
-  controller) tolerates both taints forever: upstream never evicts it, because a second copy
-  may start only once the identity's Lease has surely expired, and the ServiceWorkload
-  controller, not a timer on the node's taint, releases it. Every toleration of those taints
-  it carries loses its time, a wildcard one (empty key) too: upstream evicts by the shortest
-  matching one.
+- An at-most-one pod (`workloads.is_at_most_one`: annotation `pilotfish.io/epoch` and a
+  ServiceWorkload controlling it) tolerates both taints forever: upstream never evicts it,
+  because a second copy may start only once the identity's Lease has surely expired, and the
+  ServiceWorkload controller, not a timer on the node's taint, releases it. Every toleration
+  of those taints it carries loses its time, a wildcard one (empty key) too: upstream evicts
+  by the shortest matching one.
 
 Pods outside tenant namespaces (kube-system, Pilotfish's own) and mirror pods are left alone.
 In pilotfish mode nothing evicts by these tolerations (upstream's taint eviction is off and
@@ -35,10 +35,10 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final
 
-from pilotfish import names
 from pilotfish.nodesilence import SilenceSettings
 from pilotfish.webhooks import tenancy
 from pilotfish.webhooks.patches import Op, append_items, pointer
+from pilotfish.workloads import is_at_most_one
 
 NOT_READY: Final = "node.kubernetes.io/not-ready"
 UNREACHABLE: Final = "node.kubernetes.io/unreachable"
@@ -82,11 +82,6 @@ def is_upstream_default(toleration: Mapping[str, Any], key: str) -> bool:
         and not toleration.get("value")
         and toleration.get("tolerationSeconds") == UPSTREAM_DEFAULT_SECONDS
     )
-
-
-def is_at_most_one(pod: Mapping[str, Any]) -> bool:
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return names.ANNOTATION_EPOCH in annotations
 
 
 def _at(index: int) -> str:

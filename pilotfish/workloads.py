@@ -13,7 +13,10 @@ Both annotations are written with conditional patches; deleting a pod is idempot
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
+
+from pilotfish import names
 
 # Labels on every pod of a ServiceWorkload.
 LABEL_WORKLOAD: Final = "pilotfish.io/workload"  # the ServiceWorkload's name
@@ -46,3 +49,19 @@ MAX_ENDPOINTS_PER_SLICE: Final = 100
 # The DisruptionTarget reason on a pod the node lifecycle controller evicts from a lost node:
 # it is Terminating until the node returns, and no controller counts it (replaced at once).
 DISRUPTION_NODE_LOST: Final = "PilotfishNodeLost"
+# The reason the node lifecycle controller gives a running pod it marks not ready because its
+# node went silent (and what the local kwok's resync stage looks for when the node is back).
+POD_REASON_NODE_UNREACHABLE: Final = "NodeUnreachable"
+
+
+def is_at_most_one(pod: Mapping[str, Any]) -> bool:
+    """An at-most-one pod: a fencing epoch and a ServiceWorkload controlling it (whose
+    controller releases it, never eviction). The annotation alone is not enough: a tenant may
+    put it on a raw pod of its own, which nothing would then ever release."""
+    meta = pod.get("metadata") or {}
+    if names.ANNOTATION_EPOCH not in (meta.get("annotations") or {}):
+        return False
+    return any(
+        isinstance(o, Mapping) and o.get("kind") == "ServiceWorkload" and o.get("controller")
+        for o in meta.get("ownerReferences") or []
+    )

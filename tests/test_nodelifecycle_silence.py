@@ -30,7 +30,9 @@ async def cluster() -> AsyncIterator[Cluster]:
     c.add_node("other", "unit-lost-b")
     c.add_pod("web", "lost")
     c.add_pod("api", "lost")
-    c.add_pod("one", "lost", **{"pilotfish.io/epoch": "3"})
+    c.add_pod("one", "lost", kind="ServiceWorkload", **{"pilotfish.io/epoch": "3"})
+    # A tenant's raw pod with the annotation but no ServiceWorkload behind it: ordinary.
+    c.add_pod("forged", "lost", **{"pilotfish.io/epoch": "3"})
     c.add_pod("ds", "lost", kind="DaemonSet")
     c.add_pod("mirror", "lost", kind="Node", **{"kubernetes.io/config.mirror": "abc"})
     c.add_pod("elsewhere", "h0")
@@ -70,7 +72,7 @@ async def test_unreachable_at_the_timeout_then_eviction_after_the_wait(cluster: 
     await c.at(59.9, renewing=alive)
     assert not any(c.evicted(p) for p in ("web", "api", "one", "ds", "mirror"))
     await c.at(0.1, renewing=alive)  # 100 s
-    for name in ("web", "api"):
+    for name in ("web", "api", "forged"):
         p = c.pod(name)
         assert p["metadata"]["deletionTimestamp"], f"{name} deleted"
         target = next(x for x in p["status"]["conditions"] if x["type"] == "DisruptionTarget")
@@ -78,15 +80,15 @@ async def test_unreachable_at_the_timeout_then_eviction_after_the_wait(cluster: 
     for name in ("one", "ds", "mirror", "elsewhere"):
         assert not c.evicted(name), f"{name} is never evicted"
     deletes = [w for w in c.api.writes("/pods/") if w.method == "DELETE"]
-    assert len(deletes) == 2
+    assert len(deletes) == 3  # web, api and the forged one
     assert all(w.body["preconditions"]["uid"] for w in deletes), "deletes by uid"
     after = metric("pilotfish_nodelifecycle_evictions_total", reason=DISRUPTION_NODE_LOST)
-    assert after == before + 2
+    assert after == before + 3
     (evicted,) = await c.events("PodsEvicted")
     assert "ns/web" in evicted["note"] and "ns/one" in evicted["note"]  # named as kept
 
     await c.at(300, renewing=alive)
-    assert len([w for w in c.api.writes("/pods/") if w.method == "DELETE"]) == 2, "once"
+    assert len([w for w in c.api.writes("/pods/") if w.method == "DELETE"]) == 3, "once"
 
 
 async def test_a_returning_node_loses_its_unreachable_taints(cluster: Cluster) -> None:

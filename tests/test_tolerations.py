@@ -42,6 +42,8 @@ def pod(
     labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": "web-0"}
+    if annotations and names.ANNOTATION_EPOCH in annotations:  # as its ServiceWorkload makes it
+        meta["ownerReferences"] = [{"kind": "ServiceWorkload", "name": "web", "controller": True}]
     if annotations is not None:
         meta["annotations"] = annotations
     if labels is not None:
@@ -147,6 +149,14 @@ def test_an_at_most_one_pod_tolerates_a_lost_node_forever() -> None:
     wildcard = {"operator": "Exists", "tolerationSeconds": 10}
     out = admitted(pod([default(NOT_READY, 30), wildcard], amo))
     assert out["spec"]["tolerations"] == [default(NOT_READY, None), {"operator": "Exists"}]
+
+
+def test_the_epoch_annotation_alone_does_not_make_a_pod_tolerate_forever() -> None:
+    """A tenant's raw pod carrying pilotfish.io/epoch, no ServiceWorkload behind it, is an
+    ordinary pod: nothing would ever release it."""
+    forged = pod(copy.deepcopy(UPSTREAM), {names.ANNOTATION_EPOCH: "3"})
+    del forged["metadata"]["ownerReferences"]
+    assert lost_node(admitted(forged)) == {NOT_READY: 60, UNREACHABLE: 60}
 
 
 def test_the_patch_follows_the_team_labels_patch() -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from pilotfish import names
+from pilotfish.workloads import is_at_most_one
 
 CONTROLLER: Final = "nodelifecycle"
 # The reporting controller of the Events this controller posts.
@@ -131,7 +132,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         disrupted=disruption is not None and disruption.get("status") == "True",
         terminating=bool(meta.get("deletionTimestamp")),
         terminal=(pod.get("status") or {}).get("phase") in TERMINAL_PHASES,
-        at_most_one=names.ANNOTATION_EPOCH in annotations,
+        at_most_one=is_at_most_one(pod),
         daemonset=any(
             isinstance(o, Mapping) and o.get("kind") == "DaemonSet" and o.get("controller")
             for o in owners

@@ -16,9 +16,10 @@ from typing import Any, Final
 
 from pilotfish.conditions import set_condition
 from pilotfish.operators.nodelifecycle.model import NodeView, PodView
+from pilotfish.workloads import POD_REASON_NODE_UNREACHABLE
 
 REASON_NODE_STATUS_UNKNOWN: Final = "NodeStatusUnknown"
-REASON_POD_NODE_UNREACHABLE: Final = "NodeUnreachable"
+REASON_POD_NODE_UNREACHABLE: Final = POD_REASON_NODE_UNREACHABLE
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from pilotfish.workloads import POD_REASON_NODE_UNREACHABLE
+
 ANNOTATION_RUN_SECONDS: Final = "kwok.pilotfish.io/run-seconds"
 ANNOTATION_EXIT_CODE: Final = "kwok.pilotfish.io/exit-code"
 # Owners whose pods are tasks that end; every other pod (a ServiceWorkload's) runs forever.
@@ -28,8 +30,7 @@ TASK_OWNER_KINDS: Final = ("Job", "BatchWorkload")
 STAGE_SUCCEED: Final = "pilotfish-task-succeed"
 STAGE_FAIL: Final = "pilotfish-task-fail"
 STAGE_RESYNC: Final = "pilotfish-pod-resync"
-# The reason the node lifecycle controller gives a pod it marks not ready on a lost node.
-REASON_NODE_UNREACHABLE: Final = "NodeUnreachable"
+REASON_NODE_UNREACHABLE: Final = POD_REASON_NODE_UNREACHABLE
 
 # jq over the pod. A failing task names a positive exit code of at most three digits without
 # leading zeros (exit codes are 0..255; more digits could overflow the API's int32, and a

@@ -117,6 +117,33 @@ def pod_body(name: str, gate: str, *, signal: str | None, policy: str = "bench")
     }
 
 
+async def gate_policy(
+    admin: Rest, ns: str, name: str, signal_name: str, pacing: dict[str, Any] | None = None
+) -> None:
+    """The GatePolicy the pods' records name: the controller releases a gate only on the
+    condition its policy declares, and holds one whose record no policy confirms. It selects
+    nothing: the pods carry their contract already."""
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": {"bench.pilotfish.io/never": "true"}},
+        "gates": [
+            {
+                "name": GATE,
+                "condition": {"type": "GateSignal", "signalName": signal_name},
+                "timeoutSeconds": 3600,
+            }
+        ],
+    }
+    if pacing:
+        spec["pacing"] = pacing
+    body = {
+        "apiVersion": names.API_VERSION,
+        "kind": "GatePolicy",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+    await admin.create(GATE_POLICIES.path(ns), body)
+
+
 async def create_pods(rest: Rest, ns: str, bodies: list[dict[str, Any]], concurrency: int) -> None:
     async def one(body: dict[str, Any]) -> None:
         await rest.create(PODS.path(ns), body)
@@ -267,6 +294,7 @@ async def warm_up(admin: Rest, within: float) -> None:
     """One gated pod released end to end: the operator leads and its gate controller runs."""
     ns = "bench-warmup"
     await create_namespace(admin, ns, NS_LABELS)
+    await gate_policy(admin, ns, "bench", "warm")
     await signal(admin, ns, "warm", None)
     await signal(admin, ns, "warm", True)
     await admin.create(PODS.path(ns), pod_body("warm", GATE, signal="warm"))
@@ -302,8 +330,10 @@ async def single_flips(admin: Rest, probes: int, within: float) -> list[float]:
     ns = "bench-latency"
     await create_namespace(admin, ns, NS_LABELS)
     for i in range(probes):
+        await gate_policy(admin, ns, f"probe-{i}", f"s-{i}")
         await signal(admin, ns, f"s-{i}", None)
-        await admin.create(PODS.path(ns), pod_body(f"probe-{i}", GATE, signal=f"s-{i}"))
+        body = pod_body(f"probe-{i}", GATE, signal=f"s-{i}", policy=f"probe-{i}")
+        await admin.create(PODS.path(ns), body)
     rv = await wait_all_seen(admin, ns, probes, within)
     out: list[float] = []
     for i in range(probes):
@@ -321,6 +351,7 @@ async def single_flips(admin: Rest, probes: int, within: float) -> list[float]:
 async def release(admin: Rest, pods: int, concurrency: int, within: float) -> dict[str, Any]:
     ns = "bench-release"
     await create_namespace(admin, ns, NS_LABELS)
+    await gate_policy(admin, ns, "bench", "go")
     b = await burst(admin, ns, pods, concurrency, within)
     lat = b["latencies"]
     span = lat[-1] if lat else None
@@ -343,26 +374,7 @@ async def paced(
 ) -> dict[str, Any]:
     ns = "bench-paced"
     await create_namespace(admin, ns, NS_LABELS)
-    await admin.create(
-        GATE_POLICIES.path(ns),
-        {
-            "apiVersion": names.API_VERSION,
-            "kind": "GatePolicy",
-            "metadata": {"name": "bench"},
-            "spec": {
-                # Selects nothing: the pods carry their contract already; only pacing matters.
-                "selector": {"matchLabels": {"bench.pilotfish.io/never": "true"}},
-                "gates": [
-                    {
-                        "name": GATE,
-                        "condition": {"type": "GateSignal", "signalName": "go"},
-                        "timeoutSeconds": 3600,
-                    }
-                ],
-                "pacing": {"releasesPerSecond": rate},
-            },
-        },
-    )
+    await gate_policy(admin, ns, "bench", "go", {"releasesPerSecond": rate})
     b = await burst(admin, ns, pods, concurrency, within)
     lat: list[float] = b["latencies"]
     await delete_namespace(admin, ns)

@@ -32,6 +32,7 @@ from pilotfish.operators.batchworkload import BatchWorkloadController
 from pilotfish.operators.endpoints import EndpointsController
 from pilotfish.operators.gatepolicy import GatePolicyStatusController
 from pilotfish.operators.gates import GateController
+from pilotfish.operators.maintenance import MaintenanceController
 from pilotfish.operators.nodelifecycle import NodeLifecycleController
 from pilotfish.operators.quota import QuotaController
 from pilotfish.operators.serviceworkload import ServiceWorkloadController
@@ -71,6 +72,8 @@ CONTROLLERS: dict[str, Callable[[Runtime], Controller]] = {
     "serviceworkload": ServiceWorkloadController,
     "gatepolicy": GatePolicyStatusController,
     "batchworkload": BatchWorkloadController,
+    # On kopf, for the NodeMaintenance objects alone; started only while this process leads.
+    "maintenance": MaintenanceController,
 }
 
 

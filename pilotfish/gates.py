@@ -51,12 +51,14 @@ GANG_KIND: Final = "BatchWorkload"
 # asked to look (onExpiry Review: the gate stays, the pod is flagged), as for the quota gate.
 GANG_TIMEOUT_SECONDS: Final = 24 * 3600
 
-# The pod condition that shows where a gated pod stands in the design's state machine.
+# The pod condition that shows where a gated pod stands while it holds a Pilotfish gate:
+# waiting (STATE_GATED), expired, or held on an untrusted record. A release writes none (it
+# is one write, the gate patch): a pod is released when its spec holds no Pilotfish gate, and
+# the release mark that patch sets (annotation gates.pilotfish.io/released) says when and
+# why. The condition a released pod still carries is from its gated phase; its
+# observedGeneration is older than the pod's generation.
 POD_CONDITION: Final = "gates.pilotfish.io/State"
 STATE_GATED: Final = "SchedulingGated"
-STATE_READY: Final = "ReadyToSchedule"
-STATE_UNSCHEDULABLE: Final = "Unschedulable"
-STATE_RUNNING: Final = "Running"
 STATE_EXPIRED: Final = "Expired"
 
 OnExpiry = Literal["Fail", "Retry", "Review"]

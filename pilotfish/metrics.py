@@ -259,3 +259,21 @@ SW_AT_MOST_ONE_WAITING = Gauge(
     "At-most-one identities whose pod is on a silent node, waiting for its lease to surely "
     "expire before a replacement starts.",
 )
+
+# Planned maintenance (operators/maintenance): drains of NodeMaintenances.
+MAINTENANCE_NODES = Gauge(
+    "pilotfish_maintenance_nodes",
+    "Nodes of every NodeMaintenance by drain state (Pending, Cordoned, Draining, Drained, Failed).",
+    ["state"],
+)
+MAINTENANCE_EVICTIONS = Counter(
+    "pilotfish_maintenance_evictions_total",
+    "Evictions requested by planned maintenance, by result: evicted, refused (429: a "
+    "disruption budget said not now) or error.",
+    ["result"],
+)
+MAINTENANCE_BLOCKED_NODES = Gauge(
+    "pilotfish_maintenance_blocked_nodes",
+    "Draining nodes that have gone blockedAfterSeconds without a pod evicted while a budget, "
+    "a surge, local storage or a refused eviction holds them.",
+)

@@ -51,3 +51,11 @@ def service_account_user(namespace: str, account: str) -> str:
 # Label on kwok-managed fake nodes; kwok only plays the kubelet for nodes carrying it.
 LABEL_FAKE_NODE: Final = "pilotfish.io/fake-node"
 LABEL_ZONE: Final = "topology.kubernetes.io/zone"
+
+# Planned maintenance (NodeMaintenance). On a Node: the NodeMaintenance draining it (set with
+# the cordon, removed with the uncordon; the ServiceWorkload controller surges its pods), and
+# the one that set spec.unschedulable (absent when someone else had cordoned it already: that
+# someone keeps it, Pilotfish uncordons only what it cordoned).
+ANNOTATION_DRAINING: Final = "pilotfish.io/draining"
+ANNOTATION_CORDONED_BY: Final = "pilotfish.io/cordoned-by"
+FINALIZER_MAINTENANCE: Final = "pilotfish.io/maintenance"

@@ -18,13 +18,13 @@ Filter: only what kube-scheduler's own plugins do not check, or check without sa
 Nodes the snapshot does not know yet pass: the scheduler's own filters still apply to them,
 and a lagging snapshot must not make a new node unusable.
 
-One reason per failed node ("node kwok-zone-b-3 in zone-b has 4 free GPUs, pod asks 8").
-When every candidate fails, every failed node carries the same summary instead, grouped by
-cause and zone ("no node in zone-b has 8 free GPUs (nvidia.com/gpu): 3 have 4, 1 is full"):
-kube-scheduler counts identical reasons, so the pod's PodScheduled message shows that one
-sentence once ("0/12 nodes are available: 12 no node in zone-b has ...") instead of a line
-per node. The answer's `Error` stays empty: an error would make kube-scheduler (ignorable)
-skip the extender and place the pod anyway.
+One reason per failed node ("node kwok-zone-b-3 in zone-b has 4 free GPUs, pod asks 8"; the
+wording is in `reasons`). When every candidate fails, every failed node carries the same
+summary instead, grouped by cause and zone ("no node in zone-b has 8 free GPUs
+(nvidia.com/gpu): 3 have 4, 1 is full"): kube-scheduler counts identical reasons, so the
+pod's PodScheduled message shows that one sentence once ("0/12 nodes are available: 12 no
+node in zone-b has ...") instead of a line per node. The answer's `Error` stays empty: an
+error would make kube-scheduler (ignorable) skip the extender and place the pod anyway.
 
 Note: kube-scheduler runs its own filters first and calls the extender only with the nodes
 that passed. Its NodeResourcesFit also counts `nvidia.com/gpu`, so with the shipped
@@ -80,24 +80,23 @@ from typing import Any, Final
 
 from pilotfish import names
 from pilotfish.extender import resources
+from pilotfish.extender.reasons import (
+    BATCH_CPU,
+    BATCH_MEMORY,
+    GPUS,
+    MACHINE_CLASS,
+    Failure,
+    node_reason,
+    summarize,
+)
 from pilotfish.extender.resources import BAND_RANK, CPU, GPU, MEMORY, PRODUCTION
 from pilotfish.extender.snapshot import NodeState, Snapshot
 from pilotfish.extender.wire import MAX_EXTENDER_PRIORITY, MetaVictims
-
-# Filter causes (also the `cause` label of pilotfish_extender_rejected_nodes_total).
-MACHINE_CLASS: Final = "machine_class"
-GPUS: Final = "gpu"
-BATCH_CPU: Final = "batch_cpu"
-BATCH_MEMORY: Final = "batch_memory"
-CAUSES: Final = (MACHINE_CLASS, GPUS, BATCH_CPU, BATCH_MEMORY)
 
 # Preemption vetoes (the `cause` label of pilotfish_extender_preemption_vetoes_total).
 VETO_PRODUCTION: Final = "production_victim"
 VETO_UNKNOWN: Final = "unknown_victim"
 
-# How many groups a summary names before it says "and N more".
-MAX_ZONES: Final = 6
-MAX_BUCKETS: Final = 3
 
 # Below the single winner: 9 at best, 3 points per zone step and 1 per node step.
 _RUNNER_UP: Final = MAX_EXTENDER_PRIORITY - 1
@@ -155,30 +154,6 @@ class FilterResult:
     causes: dict[str, int] = field(default_factory=dict)  # rejected nodes per cause
 
 
-@dataclass(slots=True)
-class Failure:
-    """Why one node fails: the cause, what it has (free amount or machine class) and
-    whether preemption could ever change that. (Not frozen: a frozen dataclass is slower
-    to build, and one is built per failed node per call.)"""
-
-    cause: str
-    node: NodeState
-    have: int | str
-    unresolvable: bool
-
-
-def fmt_cpu(millis: int) -> str:
-    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
-
-
-def fmt_bytes(value: int) -> str:
-    for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-        if value >= size:
-            amount = value / size
-            return f"{amount:.0f}{unit}" if value % size == 0 else f"{amount:.1f}{unit}"
-    return str(value)
-
-
 def _check_batch(pod: Incoming, state: NodeState) -> Failure | None:
     if (
         state.batch_cpu is not None
@@ -195,107 +170,6 @@ def _check_batch(pod: Incoming, state: NodeState) -> Failure | None:
         free = max(state.batch_memory - state.used_batch_memory, 0)
         return Failure(BATCH_MEMORY, state, free, state.batch_memory < pod.memory)
     return None
-
-
-def node_reason(pod: Incoming, failure: Failure) -> str:
-    """One failed node, in words: which node, where, what it has, what the pod asks."""
-    node = failure.node
-    where = node.where
-    if failure.cause == MACHINE_CLASS:
-        have = failure.have or "(unlabelled)"
-        return f"{where} is machine class {have}, pod asks {pod.machine_class}"
-    if failure.cause == GPUS:
-        if node.alloc_gpu == 0:
-            return f"{where} has no GPUs, pod asks {pod.gpu}"
-        return f"{where} has {failure.have} free GPUs, pod asks {pod.gpu}"
-    if failure.cause == BATCH_CPU:
-        have = fmt_cpu(int(failure.have))
-        return f"{where} has {have} {names.BATCH_CPU} free, pod asks {fmt_cpu(pod.cpu)} CPU"
-    have = fmt_bytes(int(failure.have))
-    return f"{where} has {have} {names.BATCH_MEMORY} free, pod asks {fmt_bytes(pod.memory)}"
-
-
-def _count(n: int, singular: str, plural: str, what: str) -> str:
-    return f"{n} {singular if n == 1 else plural} {what}"
-
-
-def _buckets(pod: Incoming, cause: str, failures: Sequence[Failure]) -> str:
-    """`3 have 4, 1 is full`: nodes of one zone grouped by what they have, best first."""
-    groups: dict[int | str, int] = {}
-    for f in failures:
-        have: int | str = f.have
-        if cause == GPUS and f.node.alloc_gpu == 0:
-            have = "none"
-        groups[have] = groups.get(have, 0) + 1
-
-    def order(item: tuple[int | str, int]) -> tuple[int, int | str]:
-        have, count = item
-        if cause == MACHINE_CLASS:
-            return (-count, str(have))
-        if isinstance(have, int) and have > 0:
-            return (0, -have)
-        return (1, str(have))
-
-    ordered = sorted(groups.items(), key=order)
-    parts = []
-    for have, count in ordered[:MAX_BUCKETS]:
-        if cause == MACHINE_CLASS:
-            parts.append(_count(count, "is", "are", str(have) or "unlabelled"))
-        elif have == "none":
-            parts.append(_count(count, "has", "have", "none"))
-        elif have == 0:
-            parts.append(_count(count, "is", "are", "full"))
-        elif cause == GPUS:
-            parts.append(_count(count, "has", "have", str(have)))
-        elif cause == BATCH_CPU:
-            parts.append(_count(count, "has", "have", fmt_cpu(int(have))))
-        else:
-            parts.append(_count(count, "has", "have", fmt_bytes(int(have))))
-    rest = sum(count for _, count in ordered[MAX_BUCKETS:])
-    if rest:
-        parts.append(_count(rest, "has", "have", "less"))
-    return ", ".join(parts)
-
-
-def _need(pod: Incoming, cause: str) -> str:
-    if cause == MACHINE_CLASS:
-        return f"is machine class {pod.machine_class} ({resources.LABEL_INSTANCE_TYPE})"
-    if cause == GPUS:
-        return f"has {pod.gpu} free GPUs ({GPU})"
-    if cause == BATCH_CPU:
-        return f"has {fmt_cpu(pod.cpu)} CPU free in {names.BATCH_CPU}"
-    return f"has {fmt_bytes(pod.memory)} free in {names.BATCH_MEMORY}"
-
-
-def _zone_list(zones: Sequence[str]) -> str:
-    if len(zones) == 1:
-        return zones[0]
-    if len(zones) <= 4:
-        return ", ".join(zones[:-1]) + " or " + zones[-1]
-    return f"any of {len(zones)} zones"
-
-
-def summarize(pod: Incoming, failures: Sequence[Failure]) -> str:
-    """Every candidate failed: one short sentence per cause, grouped by zone, that says what
-    to change ("no node in zone-b has 8 free GPUs (nvidia.com/gpu): 3 have 4, 1 is full")."""
-    by_cause: dict[str, dict[str, list[Failure]]] = {}
-    for f in failures:
-        by_cause.setdefault(f.cause, {}).setdefault(f.node.zone or "(no zone)", []).append(f)
-    sentences = []
-    for cause in CAUSES:
-        zones = by_cause.get(cause)
-        if not zones:
-            continue
-        names_ = sorted(zones)
-        head = f"no node in {_zone_list(names_)} {_need(pod, cause)}"
-        if len(names_) == 1:
-            sentences.append(f"{head}: {_buckets(pod, cause, zones[names_[0]])}")
-            continue
-        shown = [f"{z}: {_buckets(pod, cause, zones[z])}" for z in names_[:MAX_ZONES]]
-        if len(names_) > MAX_ZONES:
-            shown.append(f"and {len(names_) - MAX_ZONES} more zones")
-        sentences.append(f"{head}: " + "; ".join(shown))
-    return "; ".join(sentences)
 
 
 def filter_nodes(pod: Incoming, snap: Snapshot, node_names: Sequence[str]) -> FilterResult:

@@ -47,7 +47,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from pilotfish import httpserver, metrics, tasks
-from pilotfish.extender import decide, wire
+from pilotfish.extender import decide, reasons, wire
 from pilotfish.extender.feed import SnapshotFeed
 from pilotfish.extender.snapshot import Snapshot
 from pilotfish.httpserver import BadRequest
@@ -89,7 +89,7 @@ class Extender:
     def __init__(self, snapshot: Snapshot, clock: Clock = time.monotonic) -> None:
         self.snapshot = snapshot
         self.clock = clock
-        self._rejected = {c: metrics.EXTENDER_REJECTED_NODES.labels(c) for c in decide.CAUSES}
+        self._rejected = {c: metrics.EXTENDER_REJECTED_NODES.labels(c) for c in reasons.CAUSES}
         self._vetoes = {
             c: metrics.EXTENDER_PREEMPTION_VETOES.labels(c)
             for c in (decide.VETO_PRODUCTION, decide.VETO_UNKNOWN)

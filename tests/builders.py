@@ -483,15 +483,43 @@ node_maintenance_specs = st.fixed_dictionaries(
     {"nodes": st.lists(node_names, min_size=1, max_size=5, unique=True)},
     optional={
         "maxConcurrent": st.integers(min_value=1, max_value=10),
+        "onePerZone": st.booleans(),
+        "order": st.sampled_from(["Given", "FewestProductionFirst"]),
+        "blockedAfterSeconds": st.integers(min_value=1, max_value=10**6),
+        "batchTaskDeadlineSeconds": st.integers(min_value=0, max_value=10**6),
+        "allowLocalStorage": st.booleans(),
         "reason": st.text(max_size=30),
+    },
+)
+_blockers = st.fixed_dictionaries(
+    {
+        "pod": st.tuples(dns_labels, dns_labels).map("/".join),
+        "reason": st.sampled_from(["DisruptionBudget", "WaitingForSurge", "Terminating"]),
+    },
+    optional={
+        "budget": st.tuples(dns_labels, dns_labels).map("/".join),
+        "message": st.text(max_size=20),
+    },
+)
+_node_progress = st.fixed_dictionaries(
+    {
+        "name": node_names,
+        "state": st.sampled_from(["Pending", "Cordoned", "Draining", "Drained", "Failed"]),
+    },
+    optional={
+        "podsLeft": st.integers(0, 200),
+        "blockers": st.lists(_blockers, max_size=2, unique_by=lambda b: b["pod"]),
+        "message": st.text(max_size=20),
     },
 )
 node_maintenance_statuses = st.fixed_dictionaries(
     {},
     optional={
         "phase": st.sampled_from(["Pending", "Draining", "Done", "Failed"]),
-        "drained": st.lists(node_names, max_size=3, unique=True),
-        "pending": st.lists(node_names, max_size=3, unique=True),
+        "progress": st.tuples(st.integers(0, 99), st.integers(0, 99)).map(
+            lambda t: f"{t[0]}/{t[1]}"
+        ),
+        "nodes": st.lists(_node_progress, max_size=3, unique_by=lambda n: n["name"]),
         "observedGeneration": st.integers(0, 100),
         "conditions": conditions,
     },

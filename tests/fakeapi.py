@@ -13,6 +13,9 @@ HTTP server is replaced, and it keeps the API server's rules that Pilotfish reli
   delete`), and JSON patch (add, replace, remove, test);
 - list with label and field selectors, paginated; watch from a resourceVersion, replaying
   what happened since, `410 Gone` once `compact()` dropped that history;
+- `pods/eviction`: an Eviction (policy/v1) deletes the pod as a delete would, honouring a
+  uid precondition, and answers 201; a test arranges a budget's 429 with
+  `fail_next("POST", "/eviction", 429, body=eviction_refused("web"))`;
 - `dryRun=All` writes are checked and answered as real ones, and change nothing;
 - a log of every request; faults: `fail_next(method, path_part, status)`, optionally with
   the Status body the API server would send (method "WATCH" fails a watch); races:
@@ -458,6 +461,10 @@ class FakeApi(Rest):
             raise ApiError(404, "NotFound", f'{ref.plural} "{ref.name}" not found')
         if method == "GET":
             return copy.deepcopy(current)
+        if method == "POST" and ref.sub == "eviction":
+            options = (body or {}).get("deleteOptions") or {}
+            self._delete(ref, coll, key, current, options)
+            return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
         if method == "DELETE":
             return self._delete(ref, coll, key, current, body or {})
         if method == "PUT":
@@ -606,6 +613,27 @@ class FakeApi(Rest):
         finally:
             self._watchers.pop(me, None)
             await self._notify()
+
+
+def eviction_refused(budget: str, healthy: int = 1) -> Obj:
+    """The Status body of the API server's 429 for an eviction a budget does not allow."""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+        "reason": "TooManyRequests",
+        "details": {
+            "causes": [
+                {
+                    "reason": "DisruptionBudget",
+                    "message": f"The disruption budget {budget} needs {healthy} healthy pods "
+                    f"and has {healthy} currently",
+                }
+            ]
+        },
+        "code": 429,
+    }
 
 
 async def wait_for(what: str, check: Callable[[], Any], within: float = 5.0) -> Any:

@@ -455,6 +455,34 @@ INVALID: list[tuple[str, type[Resource], dict[str, Any], str, bool]] = [
     ("nm-duplicate-nodes", NodeMaintenance, {"nodes": ["a", "a"]}, "duplicate", False),
     ("nm-bad-node-name", NodeMaintenance, {"nodes": ["Node_A"]}, "pattern", False),
     ("nm-zero-concurrency", NodeMaintenance, node_maintenance_spec(maxConcurrent=0), "1", False),
+    (
+        "nm-unknown-order",
+        NodeMaintenance,
+        node_maintenance_spec(order="Random"),
+        "'Given' or 'FewestProductionFirst'",
+        False,
+    ),
+    (
+        "nm-zero-blocked-after",
+        NodeMaintenance,
+        node_maintenance_spec(blockedAfterSeconds=0),
+        "greater than or equal to 1",
+        False,
+    ),
+    (
+        "nm-negative-batch-deadline",
+        NodeMaintenance,
+        node_maintenance_spec(batchTaskDeadlineSeconds=-1),
+        "greater than or equal to 0",
+        False,
+    ),
+    (
+        "nm-string-one-per-zone",
+        NodeMaintenance,
+        node_maintenance_spec(onePerZone="yes"),
+        "valid boolean",
+        False,
+    ),
 ]
 
 
@@ -576,7 +604,16 @@ VALID: list[tuple[str, type[Resource], dict[str, Any]]] = [
     (
         "nm-full",
         NodeMaintenance,
-        node_maintenance_spec(maxConcurrent=3, reason="kernel", nodes=["n1.zone-a"]),
+        node_maintenance_spec(
+            maxConcurrent=3,
+            onePerZone=True,
+            order="FewestProductionFirst",
+            blockedAfterSeconds=60,
+            batchTaskDeadlineSeconds=0,
+            allowLocalStorage=True,
+            reason="kernel",
+            nodes=["n1.zone-a"],
+        ),
     ),
 ]
 
@@ -615,7 +652,7 @@ DEFAULTS: list[tuple[type[Resource], dict[str, Any], dict[str, Any]]] = [
     (
         BatchWorkload,
         batch_workload_spec(),
-        {"band": "batch", "parallelism": 1, "backoffLimit": 6},
+        {"band": "batch", "parallelism": 1},
     ),
     (
         GatePolicy,
@@ -639,7 +676,18 @@ DEFAULTS: list[tuple[type[Resource], dict[str, Any], dict[str, Any]]] = [
         },
     ),
     (TeamQuota, {"team": "payments"}, {"bands": {}}),
-    (NodeMaintenance, node_maintenance_spec(), {"maxConcurrent": 1}),
+    (
+        NodeMaintenance,
+        node_maintenance_spec(),
+        {
+            "maxConcurrent": 1,
+            "onePerZone": False,
+            "order": "Given",
+            "blockedAfterSeconds": 300,
+            "batchTaskDeadlineSeconds": 600,
+            "allowLocalStorage": False,
+        },
+    ),
 ]
 
 

@@ -5,9 +5,11 @@ and a deleted job's pods are let go."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 
+from pilotfish.api.batchworkload import DEFAULT_BACKOFF_LIMIT, BatchWorkload, BatchWorkloadSpec
 from pilotfish.gates import GANG_GATE, LABEL_GANG
 from pilotfish.kube.rest import PODS
 from pilotfish.operators.batchworkload.model import LABEL_TASK_RECORDED
@@ -155,6 +157,38 @@ async def test_an_index_over_its_limit_fails_and_the_others_go_on() -> None:
         assert w.api.condition("Failed") == ("True", "FailedIndexes")
         assert status["completedIndexes"] == "0,2" and status["succeeded"] == 2
         assert "job-1-1" not in w.api.creates()
+    finally:
+        await w.stop()
+
+
+async def test_with_a_per_index_limit_and_no_backoff_limit_failures_have_no_limit_in_all() -> None:
+    # 8 indexes failing once each: 8 failures, more than the default backoffLimit of 6, but
+    # with backoffLimitPerIndex set and backoffLimit unset only the per-index limit applies.
+    w = await world(batch(completions=8, parallelism=8, backoffLimitPerIndex=1), backoff_base=0.0)
+    try:
+        await w.converge()
+        for i in range(8):
+            w.api.bind(f"job-{i}-0")
+            w.api.finish(f"job-{i}-0", "Failed")
+        await w.converge()
+        assert w.api.status()["failed"] == 8
+        assert w.api.condition("Failed") is None
+        w.api.run_all()
+        await w.converge()
+        assert w.api.condition("Complete") == ("True", "Completed")
+    finally:
+        await w.stop()
+
+
+async def test_without_a_per_index_limit_an_unset_backoff_limit_is_six() -> None:
+    w = await world(batch(completions=7, parallelism=7), backoff_base=0.0)
+    try:
+        await w.converge()
+        for i in range(7):
+            w.api.bind(f"job-{i}-0")
+            w.api.finish(f"job-{i}-0", "Failed")
+        await w.converge()
+        assert w.api.condition("Failed") == ("True", "BackoffLimitExceeded")
     finally:
         await w.stop()
 
@@ -334,3 +368,13 @@ async def test_an_evicted_pod_that_never_reports_an_end_is_let_go_and_replaced()
         assert w.api.condition("Failed") is None
     finally:
         await w.stop()
+
+
+def test_the_backoff_limit_in_force_follows_the_job_api() -> None:
+    def spec(**kw: Any) -> BatchWorkloadSpec:
+        return BatchWorkload.model_validate(batch(**kw)).spec
+
+    assert spec().failures_tolerated == DEFAULT_BACKOFF_LIMIT
+    assert spec(backoffLimitPerIndex=2).failures_tolerated is None
+    assert spec(backoffLimitPerIndex=2, backoffLimit=3).failures_tolerated == 3
+    assert spec(backoffLimit=0).failures_tolerated == 0

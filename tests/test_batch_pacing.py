@@ -11,6 +11,7 @@ from pilotfish.operators.batchworkload.model import Observed, Pace, Task
 from pilotfish.operators.batchworkload.pacing import (
     BACKOFF_MAX_SECONDS,
     MAX_IN_FLIGHT,
+    MAX_SYNC_PERIOD_SECONDS,
     MIN_IN_FLIGHT,
     BindRate,
     backoff_seconds,
@@ -29,11 +30,28 @@ def test_the_limit_is_the_bind_rate_over_a_few_seconds_within_bounds() -> None:
     assert in_flight_limit(0.0) == MIN_IN_FLIGHT
     assert in_flight_limit(50.0) == 100  # 2 s of binds: headroom left for production
     assert in_flight_limit(10_000.0) == MAX_IN_FLIGHT
+    assert in_flight_limit(50.0, sync_period=0.5) == 125  # plus one sync's worth
+    assert in_flight_limit(50.0, sync_period=60.0) == 50 * (2 + MAX_SYNC_PERIOD_SECONDS)
     rate = BindRate(started=0.0)
     for i in range(100):
         rate.bound(5.0 + i * 0.05)  # 100 binds between 5 s and 10 s
     assert rate.per_second(10.0) == 10.0
     assert rate.per_second(30.0) == 0.0  # nothing within the window any more
+
+
+def test_slow_syncs_do_not_spiral_the_pace_down() -> None:
+    # A job that syncs every `period` seconds creates what its limit leaves room for; the
+    # pods bind `latency` seconds after creation. Its bind rate is what it created per
+    # period. With the sync period in the limit the pace grows to the cap however slowly
+    # the API answers; with 2 s of binds alone it decayed to the floor once syncs took >2 s.
+    for period in (0.5, 1.0, 2.5, 4.0):
+        latency = 0.2
+        rate = 10.0
+        for _ in range(20):
+            unbound = rate * latency
+            room = max(0.0, in_flight_limit(rate, period) - unbound)
+            rate = room / period
+        assert rate * (2 + period) >= MAX_IN_FLIGHT, period
 
 
 def test_slow_start_doubles_and_backoff_doubles_to_a_cap() -> None:
@@ -57,9 +75,13 @@ async def test_unbound_pods_never_exceed_the_limit_and_it_grows_with_binds() -> 
                 w.api.bind(p["metadata"]["name"])
             w.clock.advance(0.5)
             await w.converge()
-            limit = w.api.status()["pacing"]["limit"]
+            pacing = w.api.status()["pacing"]
+            limit = pacing["limit"]
             limits.append(limit)
-            assert len(w.api.unbound()) <= limit <= MAX_IN_FLIGHT
+            # The limit follows the sync period too, so it may be lower now than at the
+            # sync that created these pods, but never above what the bind rate allows.
+            most = in_flight_limit(pacing["bindsPerSecond"], MAX_SYNC_PERIOD_SECONDS)
+            assert len(w.api.unbound()) <= most and limit <= MAX_IN_FLIGHT
         assert limits[-1] > 4 * MIN_IN_FLIGHT
         assert w.api.status()["pacing"]["bindsPerSecond"] > 0
     finally:

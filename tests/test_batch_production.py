@@ -17,6 +17,8 @@ from pilotfish.operators.batchworkload.production import (
     MIN_YIELD_RATE,
     YIELD_SHARE,
     ProductionWaiting,
+    arriving_pod,
+    fresh_sighting,
     waiting_for_placement,
     yield_rate,
 )
@@ -99,6 +101,37 @@ def test_arrivals_are_remembered_for_a_window_from_the_first_sighting() -> None:
     assert not waiting.arriving(20.0)
 
 
+def test_a_new_production_pod_is_an_arrival_even_when_already_bound() -> None:
+    waiting = ProductionWaiting()
+    bound = production_pod("a", nodeName="n")  # the scheduler was faster than the operator
+    waiting.observe("ns/a", bound, 1.0, fresh=fresh_sighting("ADDED", bound, None))
+    assert waiting.arriving(1.0 + ARRIVAL_WINDOW_SECONDS - 0.1)
+    assert waiting.count(1.0) == 0  # it arrived, but nothing waits
+
+
+def test_running_gated_or_batch_pods_are_not_arrivals() -> None:
+    running = production_pod("a", nodeName="n")
+    running["status"]["phase"] = "Running"  # listed after a restart: not new
+    assert not arriving_pod(running)
+    assert not arriving_pod(production_pod("b", schedulingGates=[{"name": "g"}]))
+    batch_pod = production_pod("c")
+    batch_pod["metadata"]["labels"] = {names.LABEL_BAND: "batch"}
+    assert not arriving_pod(batch_pod)
+    deleting = production_pod("d")
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert not arriving_pod(deleting)
+
+
+def test_a_pod_arrives_when_its_last_gate_goes_not_on_other_updates() -> None:
+    gated = production_pod("a", schedulingGates=[{"name": "g"}])
+    released = production_pod("a", nodeName="n")
+    assert fresh_sighting("MODIFIED", released, gated)
+    assert not fresh_sighting("MODIFIED", released, released)
+    waiting = ProductionWaiting()
+    waiting.observe("ns/a", released, 5.0, fresh=fresh_sighting("MODIFIED", released, released))
+    assert not waiting.arriving(5.0)
+
+
 def test_the_yield_is_a_share_of_the_rate_before_yielding_with_a_floor() -> None:
     assert yield_rate(100.0) == pytest.approx(100.0 * YIELD_SHARE)
     assert yield_rate(0.0) == MIN_YIELD_RATE
@@ -140,6 +173,17 @@ async def test_a_production_pod_that_never_binds_stops_holding_after_a_while() -
         w.clock.advance(MAX_WAIT_SECONDS + 0.1)
         await w.converge()
         assert len(w.api.creates()) == 5
+    finally:
+        await w.stop()
+
+
+async def test_a_production_pod_bound_before_the_operator_sees_it_still_slows_batch() -> None:
+    w = await world(batch(completions=200, parallelism=200), sync_interval=0.0)
+    try:
+        w.api.put(PODS.path(NS, "web-1"), production_pod(nodeName="kwok-1"))
+        await w.converge()
+        assert 0 < len(w.api.creates()) <= MIN_YIELD_RATE
+        assert w.api.status()["pacing"]["yieldRate"] == MIN_YIELD_RATE
     finally:
         await w.stop()
 

@@ -27,6 +27,10 @@ MACHINE_ALERTS = {
     "PilotfishAtMostOneWaiting": ("pilotfish_serviceworkload_at_most_one_waiting", "> 0", "5m"),
 }
 
+MAINTENANCE_ALERTS = {
+    "PilotfishDrainBlocked": ("pilotfish_maintenance_blocked_nodes", "> 0", None),
+}
+
 GATE_ALERTS = ("PilotfishGateOverdue", "PilotfishGatesStalled", "PilotfishGateControllerDown")
 
 
@@ -72,10 +76,14 @@ def test_off_unless_asked_for_and_served() -> None:
 @needs_helm
 def test_the_machine_failure_alerts() -> None:
     docs = render(*ENABLED, *CAPABLE)
-    assert [d["metadata"]["name"] for d in docs] == ["pilotfish-gates", "pilotfish-machines"]
+    assert [d["metadata"]["name"] for d in docs] == [
+        "pilotfish-gates",
+        "pilotfish-machines",
+        "pilotfish-maintenance",
+    ]
     got = alerts(docs)
-    assert set(got) == {*MACHINE_ALERTS, *GATE_ALERTS}
-    for name, (metric, comparison, wait) in MACHINE_ALERTS.items():
+    assert set(got) == {*MACHINE_ALERTS, *MAINTENANCE_ALERTS, *GATE_ALERTS}
+    for name, (metric, comparison, wait) in {**MACHINE_ALERTS, **MAINTENANCE_ALERTS}.items():
         rule = got[name]
         assert metric in rule["expr"] and rule["expr"].strip().endswith(comparison)
         assert rule.get("for") == wait
@@ -94,7 +102,7 @@ def test_alert_labels_and_rule_labels_reach_every_alert() -> None:
 
 
 @needs_helm
-@pytest.mark.parametrize("name", [*sorted(MACHINE_ALERTS), *GATE_ALERTS])
+@pytest.mark.parametrize("name", [*sorted(MACHINE_ALERTS), *MAINTENANCE_ALERTS, *GATE_ALERTS])
 def test_every_rule_is_well_formed(name: str) -> None:
     rule = alerts(render(*ENABLED, *CAPABLE))[name]
     expr = rule["expr"]

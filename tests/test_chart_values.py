@@ -344,6 +344,15 @@ def test_operator_rbac_is_least_privilege() -> None:
     assert policy == {("gatepolicies", v) for v in ("get", "list", "watch")} | {
         ("gatepolicies/status", "patch")
     }
+    # NodeMaintenance: kopf's watch, its finalizer and annotations (patch), the status
+    # patch; never an update of the object, never a delete.
+    maintenance = {(r, v) for g, r, v in cluster if g == "pilotfish.io" and r.startswith("nodemai")}
+    assert maintenance == {("nodemaintenances", v) for v in ("get", "list", "watch", "patch")} | {
+        ("nodemaintenances/status", "patch"),
+        ("nodemaintenances/finalizers", "update"),
+    }
+    assert ("", "nodes", "patch") in cluster
+    assert ("policy", "poddisruptionbudgets", "watch") in cluster
     assert ("", "events", "create") not in cluster, "Events are events.k8s.io/v1 only"
     assert "customresourcedefinitions" not in resources
     assert ("", "pods/eviction", "create") in cluster

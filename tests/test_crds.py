@@ -217,7 +217,8 @@ COLUMNS = {
     ],
     NodeMaintenance: [
         ("Phase", ".status.phase"),
-        ("Nodes", ".spec.nodes"),
+        ("Progress", ".status.progress"),
+        ("Blocked", '.status.conditions[?(@.type=="Blocked")].status'),
         ("Age", ".metadata.creationTimestamp"),
     ],
 }

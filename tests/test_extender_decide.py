@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pilotfish import names
-from pilotfish.extender import decide
+from pilotfish.extender import decide, reasons
 from pilotfish.extender.decide import Incoming, incoming
 from pilotfish.extender.snapshot import Snapshot
 from pilotfish.extender.wire import MetaVictims
@@ -157,7 +157,7 @@ def test_every_node_failing_carries_one_summary_grouped_by_zone() -> None:
     )
     assert set(result.unresolvable.values()) == {summary}
     assert len(result.unresolvable) == len(names_)
-    assert result.causes == {decide.GPUS: len(names_)}
+    assert result.causes == {reasons.GPUS: len(names_)}
 
 
 def test_summary_in_one_zone_reads_like_the_seed() -> None:
@@ -209,8 +209,8 @@ def test_summary_names_at_most_six_zones() -> None:
     ],
 )
 def test_formats(value: int, cpu: str, memory: str) -> None:
-    assert decide.fmt_cpu(value) == cpu
-    assert decide.fmt_bytes(value) == memory
+    assert reasons.fmt_cpu(value) == cpu
+    assert reasons.fmt_bytes(value) == memory
 
 
 # --- prioritize -------------------------------------------------------------------------

@@ -116,11 +116,12 @@ def pod(
     node: str = "",
     phase: str = "Pending",
     deleting: bool = False,
-    state: tuple[str, str, str] | None = None,
+    state: tuple[str, str, str] | tuple[str, str, str, int] | None = None,
     scheduled: tuple[str, str, str] | None = None,
     review: bool = False,
     rv: str = "10",
     owner: tuple[str, str] | None = None,
+    generation: int | None = None,
 ) -> dict[str, Any]:
     """A raw gated pod. `gated` maps gate names (short names get the Pilotfish prefix) to
     records; `unrecorded` are Pilotfish gates without a record; `age` is seconds old."""
@@ -139,15 +140,16 @@ def pod(
     requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
     conditions = []
     if state:
-        conditions.append(
-            {
-                "type": gates.POD_CONDITION,
-                "status": state[0],
-                "reason": state[1],
-                "message": state[2],
-                "lastTransitionTime": ts(-age),
-            }
-        )
+        shown: dict[str, Any] = {
+            "type": gates.POD_CONDITION,
+            "status": state[0],
+            "reason": state[1],
+            "message": state[2],
+            "lastTransitionTime": ts(-age),
+        }
+        if len(state) == 4:  # the generation it describes
+            shown["observedGeneration"] = state[3]
+        conditions.append(shown)
     if scheduled:
         conditions.append(
             {"type": "PodScheduled", "status": scheduled[0], "reason": scheduled[1]}
@@ -167,6 +169,8 @@ def pod(
     }
     if deleting:
         meta["deletionTimestamp"] = ts(0)
+    if generation is not None:
+        meta["generation"] = generation
     if owner is not None:
         meta["ownerReferences"] = [
             {

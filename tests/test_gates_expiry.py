@@ -164,29 +164,44 @@ def test_condition_keeps_its_transition_time_while_status_stays() -> None:
     d = decide(world([p], signals=[signal("data", "False")]), NOW)
     c = condition(d, "p")
     assert c is not None and c.last_transition_time == timeutil.format_time(at(-60))
-    d2 = decide(world([p], signals=[signal("data")]), NOW)
+    flipped = view("p", {"data": rec()}, age=60, state=("True", "Older", "older message"))
+    d2 = decide(world([flipped], signals=[signal("data", "False")]), NOW)
     c2 = condition(d2, "p")
     assert c2 is not None and c2.last_transition_time == timeutil.format_time(NOW)
 
 
 @pytest.mark.parametrize(
-    ("kw", "state"),
+    "kw",
     [
-        ({}, (gates.STATE_READY, "all Pilotfish gates removed")),
-        (
-            {"scheduled": ("False", "Unschedulable", "0/3 nodes are available")},
-            (gates.STATE_UNSCHEDULABLE, "0/3 nodes are available"),
-        ),
-        ({"node": "kwok-1", "phase": "Running"}, (gates.STATE_RUNNING, "running on node kwok-1")),
-        ({"node": "kwok-1"}, (gates.STATE_READY, "all Pilotfish gates removed")),
+        {},
+        {"scheduled": ("False", "Unschedulable", "0/3 nodes are available")},
+        {"node": "kwok-1", "phase": "Running"},
+        {"node": "kwok-1"},
+        {"other_gates": ["example.com/x"]},
     ],
 )
-def test_state_after_release_follows_the_scheduler(
-    kw: dict[str, Any], state: tuple[str, str]
-) -> None:
-    d = decide(world([view("p", None, **kw)]), NOW)
+def test_released_pods_get_no_state_condition(kw: dict[str, Any]) -> None:
+    """Once no Pilotfish gate is left the scheduler's PodScheduled and the pod's phase say
+    what happens next: the controller writes nothing, whatever its last condition said."""
+    gated = ("False", gates.STATE_GATED, f"waiting for {DATA} (GateSignal data not Ready)")
+    d = decide(world([view("p", None, state=gated, **kw)]), NOW)
+    assert d.actions == ()
+
+
+def test_condition_of_an_older_generation_is_rewritten_once() -> None:
+    """A spec change that leaves the message as it was (another owner's gate removed) still
+    moves the pod's generation: the condition is written again, naming the new one."""
+    msg = f"waiting for {DATA} (GateSignal data not Ready)"
+    old = view("p", {"data": rec()}, state=("False", gates.STATE_GATED, msg, 1), generation=2)
+    d = decide(world([old], signals=[signal("data", "False")]), NOW)
     c = condition(d, "p")
-    assert c is not None and (c.status, c.reason, c.message) == ("True", *state)
+    assert c is not None and (c.reason, c.message) == (gates.STATE_GATED, msg)
+    same = view("p", {"data": rec()}, state=("False", gates.STATE_GATED, msg, 2), generation=2)
+    assert decide(world([same], signals=[signal("data", "False")]), NOW).actions == ()
+    unsaid = view("p", {"data": rec()}, state=("False", gates.STATE_GATED, msg), generation=2)
+    assert decide(world([unsaid], signals=[signal("data", "False")]), NOW).actions == (), (
+        "a server that keeps no observedGeneration is not written to forever"
+    )
 
 
 def test_same_world_same_decision() -> None:

@@ -204,12 +204,20 @@ def test_audit_tail_follows_rotation_and_waits_for_half_written_lines(tmp_path: 
     assert list(tail.events()) == []
 
 
-def measured(rss: float, most: int = 1, several: list[dict[str, Any]] | None = None) -> Any:
+def measured(
+    rss: float,
+    most: int = 1,
+    several: list[dict[str, Any]] | None = None,
+    kopf_resource: str = "pods",
+) -> Any:
     return {
         "vmrss_mb": rss,
         "vmhwm_mb": rss + 10,
         "process_resident_memory_mb": rss,
-        "watches": [{"resource": "pods", "client": "kopf", "watches": 1}],
+        "watches": [
+            {"resource": "pods", "client": "runtime", "watches": 1},
+            {"resource": kopf_resource, "client": "kopf", "watches": 1},
+        ],
         "most_watches_per_resource_and_selector": most,
         "views_with_several_watches": several or [],
     }
@@ -228,14 +236,22 @@ def test_summary_judges_the_larger_after_and_any_doubled_view() -> None:
     s = summary(raw)
     assert s["rss_after_mb"] == 350.0
     assert s["per_pod_kb"] == round(250 * 1024 / 10_000, 2)
-    assert s["met"] == {"rss": False, "one_watch_per_resource_and_selector": False}
+    assert s["met"] == {
+        "rss": False,
+        "one_watch_per_resource_and_selector": False,
+        "kopf_watches_only_nodemaintenances": False,  # kopf held a pod watch
+    }
     assert s["views_with_several_watches"] == doubled
-    assert s["kopf"] == {"watches_in_full_operator": 1, "import_mb": 19.0}
+    assert s["kopf"] == {"watches_in_full_operator": 1, "resources": ["pods"], "import_mb": 19.0}
     assert s["no_controllers_vmrss_mb"] == 120.0
     raw["after_watching"] = measured(240.0)
-    raw["after_fresh_start"] = measured(250.0)
+    raw["after_fresh_start"] = measured(250.0, kopf_resource="pilotfish.io/nodemaintenances")
     s = summary(raw)
-    assert s["met"] == {"rss": True, "one_watch_per_resource_and_selector": True}
+    assert s["met"] == {
+        "rss": True,
+        "one_watch_per_resource_and_selector": True,
+        "kopf_watches_only_nodemaintenances": True,
+    }
 
 
 def test_summary_fails_a_process_with_no_watch_at_all() -> None:

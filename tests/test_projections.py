@@ -50,7 +50,10 @@ def full_pod(i: int) -> dict[str, Any]:
                 }
             ],
             "initContainers": [{"name": "init", "image": "busybox", "resources": {}}],
-            "volumes": [{"name": "v", "emptyDir": {}}],
+            "volumes": [
+                {"name": "v", "emptyDir": {"sizeLimit": "1Gi"}},
+                {"name": "cfg", "configMap": {"name": "app-config", "items": []}},
+            ],
             "overhead": {"cpu": "10m"},
         },
         "status": {
@@ -78,6 +81,8 @@ def test_pod_keeps_what_controllers_read_and_nothing_large() -> None:
     ]
     assert p["spec"]["initContainers"] == [{"name": "init", "image": "busybox"}]
     assert p["spec"]["schedulingGates"] and p["spec"]["overhead"] == {"cpu": "10m"}
+    # emptyDir volumes only, and only that they are one: the drain's local-storage rule.
+    assert p["spec"]["volumes"] == [{"name": "v", "emptyDir": {}}]
     assert [c["type"] for c in p["status"]["conditions"]] == [
         "Ready",
         "PodScheduled",
@@ -130,3 +135,9 @@ def test_pod_keeps_the_disruption_target_of_a_failed_task() -> None:
     assert kept["conditions"] == [
         {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
     ]
+
+
+def test_pod_without_an_empty_dir_keeps_no_volumes() -> None:
+    pod = full_pod(1)
+    pod["spec"]["volumes"] = [{"name": "cfg", "configMap": {"name": "app-config"}}]
+    assert "volumes" not in projections.pod(pod)["spec"]

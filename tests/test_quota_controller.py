@@ -242,8 +242,8 @@ def namespace(name: str, team: str) -> Obj:
     return {"metadata": {"name": name, "labels": {"pilotfish.io/team": team}}}
 
 
-@pytest.fixture
-async def running() -> AsyncIterator[Running]:
+@contextlib.asynccontextmanager
+async def started(min_write_interval: float) -> AsyncIterator[Running]:
     api = FakeApi()
     clock = FakeClock()
     api.put(NAMESPACES.path(name="ns"), namespace("ns", "t"))
@@ -251,7 +251,7 @@ async def running() -> AsyncIterator[Running]:
     api.put(TEAMQUOTAS.path(name="t"), tq())
     api.put(TEAMQUOTAS.path(name="u"), tq(team="u", name="u"))
     rt = Runtime.build(api, identity="quota-test", clock=clock, resync_seconds=None)
-    controller = QuotaController(rt)
+    controller = QuotaController(rt, min_write_interval=min_write_interval)
     guarded = tasks.run_guarded({"informers": rt.factory.run(), "quota": controller.run()})
     task = asyncio.ensure_future(guarded)
     try:
@@ -261,6 +261,20 @@ async def running() -> AsyncIterator[Running]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, tasks.TaskDied):
             await task
+
+
+@pytest.fixture
+async def running() -> AsyncIterator[Running]:
+    async with started(min_write_interval=0.0) as run:
+        yield run
+
+
+@pytest.fixture
+async def coalescing() -> AsyncIterator[Running]:
+    """Writes that only lower `used` coalesced to one a second, as in production."""
+    async with started(min_write_interval=1.0) as run:
+        await wait_for("the first status written", lambda: "summary" in run.status())
+        yield run
 
 
 async def test_pods_are_counted_and_their_reservations_settled(running: Running) -> None:
@@ -346,3 +360,44 @@ async def test_a_quiet_team_costs_no_writes_and_an_unsettled_write_is_waited_for
     assert result.after is not None and not result.retry
     assert len(running.api.writes("teamquotas")) == before
     assert running.used_cpu() == "2"
+
+
+async def test_returned_room_is_written_once_per_interval_and_new_usage_at_once(
+    coalescing: Running,
+) -> None:
+    run, api, clock = coalescing, coalescing.api, coalescing.clock
+    clock.advance(1.0)
+    run.put_pod(pod("a", "1"))
+    await wait_for("a pod after a quiet interval counted at once", lambda: run.used_cpu() == "1")
+    # A pod starting within the interval raises what is held: counted at once, or its
+    # room could be handed out twice.
+    run.put_pod(pod("b", "1"))
+    await wait_for("a started pod counted at once", lambda: run.used_cpu() == "2")
+    clock.advance(1.0)
+    for i in range(4):
+        run.put_pod(pod(f"c{i}", "1"))
+    await wait_for("more pods counted", lambda: run.used_cpu() == "6")
+    writes = len(api.writes("teamquotas/t/status"))
+    for i in range(4):  # ending within the interval: room returned, not yet written
+        run.put_pod(pod(f"c{i}", "1", phase="Succeeded"))
+    await api.settle()
+    assert run.used_cpu() == "6"
+    assert len(api.writes("teamquotas/t/status")) == writes
+    scheduled = run.controller.queue.scheduled("t")
+    assert scheduled is not None and scheduled <= 1.0
+    clock.advance(1.0)
+    await wait_for("the room returned in one write", lambda: run.used_cpu() == "2")
+    await api.settle()
+    assert len(api.writes("teamquotas/t/status")) == writes + 1
+
+
+async def test_a_reservation_is_settled_at_once_while_its_pod_is_there(
+    coalescing: Running,
+) -> None:
+    run = coalescing
+    run.put_pod(pod("g", "4", gated=True))
+    run.add_reservation(reservation("g", "4"))  # the gate controller's release
+    await run.api.settle()
+    run.put_pod(pod("g", "4"))  # runs within the interval: counted, reservation settled
+    await wait_for("counted and settled at once", lambda: run.reserved_uids() == [])
+    assert run.used_cpu() == "4"

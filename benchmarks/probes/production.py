@@ -120,6 +120,9 @@ def production_figures(
     requested = {n: server.bind_received[n] for n in paced.sent if n in server.bind_received}
     return {
         "created_to_bound": summary(latencies(paced.sent, scheduled)),
+        # In creation order: whether the slow ones are the first (arriving into a backlog)
+        # or spread over the phase.
+        "created_to_bound_in_order_s": [round(v, 3) for v in latencies(paced.sent, scheduled)],
         "create_request_seconds": summary(latencies(paced.sent, paced.acked)),
         "acked_to_bound": summary(latencies(paced.acked, scheduled)),
         "bound_to_seen_by_watch": summary(

@@ -62,7 +62,11 @@ from pilotfish.operators.batchworkload.pacing import (
     TokenBucket,
     in_flight_limit,
 )
-from pilotfish.operators.batchworkload.production import ProductionWaiting, yield_rate
+from pilotfish.operators.batchworkload.production import (
+    ProductionWaiting,
+    fresh_sighting,
+    yield_rate,
+)
 from pilotfish.operators.batchworkload.status import End
 from pilotfish.timeutil import format_time
 
@@ -125,6 +129,7 @@ class BatchWorkloadController:
         self.buckets: dict[str, TokenBucket] = {}
         self.failed_at: dict[str, float] = {}  # pod uid -> monotonic time first seen Failed
         self.last_sync: dict[str, float] = {}
+        self.sync_period: dict[str, float] = {}  # between the job's syncs, smoothed
         # Pods seen turning Succeeded since the job's last sync: enough of them may complete
         # the job, which is then synced at once instead of after the coalescing interval.
         self.succeeded_since_sync: dict[str, int] = {}
@@ -165,7 +170,9 @@ class BatchWorkloadController:
     def _on_pod(self, kind: str, obj: Obj, old: Obj | None) -> None:
         key = object_key(obj)
         now = self.rt.clock.monotonic()
-        if self.production.observe(key, None if kind == "DELETED" else obj, now) and self.held:
+        seen = None if kind == "DELETED" else obj
+        fresh = seen is not None and fresh_sighting(kind, obj, old)
+        if self.production.observe(key, seen, now, fresh=fresh) and self.held:
             for job in self.held:  # the last waiting production pod is placed: go on, now
                 self.last_sync.pop(job, None)
                 self.queue.add(job)
@@ -199,6 +206,7 @@ class BatchWorkloadController:
 
     def _pace(self, key: str, model: BatchWorkload, now: float) -> Pace:
         rate = self.rates.setdefault(key, BindRate(now)).per_second(now)
+        limit = in_flight_limit(rate, self.sync_period.get(key, 0.0))
         held = self.production.count(now)
         held_wait = self.production.until_aged_out(now)
         creation_rate = model.spec.creation_rate
@@ -210,12 +218,10 @@ class BatchWorkloadController:
             self.unyielded_rate.pop(key, None)
         if creation_rate is None:
             self.buckets.pop(key, None)
-            return Pace(in_flight_limit(rate), rate, held=held, held_wait=held_wait)
+            return Pace(limit, rate, held=held, held_wait=held_wait)
         bucket = self.buckets.setdefault(key, TokenBucket(creation_rate, now))
         room = bucket.room(now, creation_rate)
-        return Pace(
-            in_flight_limit(rate), rate, room, bucket.wait(), held, held_wait, yielded or 0.0
-        )
+        return Pace(limit, rate, room, bucket.wait(), held, held_wait, yielded or 0.0)
 
     def observe(self, key: str, bw: Obj, model: BatchWorkload) -> Observed:
         uid = str(bw["metadata"]["uid"])
@@ -270,6 +276,9 @@ class BatchWorkloadController:
         last = self.last_sync.get(key)
         if last is not None and now - last < self.sync_interval and not self._may_end(key, bw):
             return requeue_after(self.sync_interval - (now - last), "coalescing syncs")
+        if last is not None:  # smoothed, and never below the coalescing interval
+            seen = max(self.sync_interval, now - last)
+            self.sync_period[key] = (self.sync_period.get(key, seen) + seen) / 2
         self.last_sync[key] = now
         self.succeeded_since_sync.pop(key, None)
         try:
@@ -313,6 +322,7 @@ class BatchWorkloadController:
         self.buckets.pop(key, None)
         self.unyielded_rate.pop(key, None)
         self.last_sync.pop(key, None)
+        self.sync_period.pop(key, None)
         self.succeeded_since_sync.pop(key, None)
         self.memory.pop(key, None)
         self.held.discard(key)

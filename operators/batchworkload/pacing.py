@@ -2,16 +2,21 @@
 
 A 100,000-task job created as fast as the API accepts puts 100,000 pods in the scheduler's
 queue at once; production pods then wait behind them (the scheduler pops by priority, but
-every pod costs a cycle and an informer event everywhere). So a job may have at most
-`limit` created-but-unbound pods (gated ones included), and the limit follows the job's
-measured bind rate: `binds/s * HORIZON_SECONDS`, within [MIN_IN_FLIGHT, MAX_IN_FLIGHT]. A
-scheduler placing 100 pods/s keeps ~200 of the job's pods queued: four syncs' worth (a busy
-job syncs every 0.5 s), enough never to run dry between syncs, and only 2 s of backlog in
-front of a production pod the scheduler gets meanwhile (with 3 s, batch kept the control
-plane saturated; production's own hold is `production`). The limit grows while pods bind
-faster than the horizon, so it stays well above an unloaded scheduler's created→bound
-time (~0.2 s). One placing none (a full cluster) keeps MIN_IN_FLIGHT, enough to notice
-capacity coming back. All durations are on the monotonic clock.
+every pod costs a cycle and an informer event everywhere). So a job may have at most `limit`
+created-but-unbound pods (gated ones included), and the limit follows the job's measured
+bind rate: `binds/s * (HORIZON_SECONDS + the job's sync period)`, within [MIN_IN_FLIGHT,
+MAX_IN_FLIGHT]. A scheduler placing 100 pods/s keeps ~250 of the job's pods queued when the
+job syncs every 0.5 s: enough never to run dry between syncs, and only 2 s of backlog beyond
+one sync's worth in front of a production pod the scheduler gets meanwhile (with 3 s, batch
+kept the control plane saturated; production's own hold is `production`). The sync period is
+in the formula because a sync can only create what the limit leaves room for: with `binds/s
+* 2 s` alone, a job whose syncs took longer than 2 s (a loaded API server answering its
+writes slowly) created less each period than it had bound the period before, and its pace
+spiralled down to MIN_IN_FLIGHT per sync (3,000 tasks at 5 pods/s while the scheduler bound
+12/s for a Job, `benchmarks/batch_job` on a loaded machine). The limit grows while pods bind
+faster than the horizon, so it stays well above an unloaded scheduler's created→bound time
+(~0.2 s). One placing none (a full cluster) keeps MIN_IN_FLIGHT, enough to notice capacity
+coming back. All durations are on the monotonic clock.
 
 Also here: `creationRate` (a token bucket) and the retry backoff of a failed index (the Job
 controller's: base * 2^(failures-1), capped at six minutes).
@@ -28,6 +33,7 @@ WINDOW_SECONDS: Final = 10.0
 HORIZON_SECONDS: Final = 2.0
 MIN_IN_FLIGHT: Final = 10
 MAX_IN_FLIGHT: Final = 400
+MAX_SYNC_PERIOD_SECONDS: Final = 5.0
 # Binds remembered per job at most (the window at a very high bind rate).
 MAX_SAMPLES: Final = 20_000
 
@@ -56,8 +62,11 @@ class BindRate:
         return len(self._binds) / span
 
 
-def in_flight_limit(binds_per_second: float) -> int:
-    wanted = math.ceil(binds_per_second * HORIZON_SECONDS)
+def in_flight_limit(binds_per_second: float, sync_period: float = 0.0) -> int:
+    """`sync_period`: seconds between the job's syncs, smoothed (its part is capped, so one
+    long pause does not open the gates wide)."""
+    allowance = HORIZON_SECONDS + min(max(sync_period, 0.0), MAX_SYNC_PERIOD_SECONDS)
+    wanted = math.ceil(binds_per_second * allowance)
     return max(MIN_IN_FLIGHT, min(MAX_IN_FLIGHT, wanted))
 
 

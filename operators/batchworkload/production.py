@@ -12,11 +12,13 @@ synced at once.
 Holding while a pod waits is not enough on its own: on a busy control plane a production pod
 binds in about the time the operator takes to see it, so the hold rarely engages, and the
 job's creates keep the API server's CPU saturated while production keeps arriving. So batch
-also yields to production's *arrival*: for `ARRIVAL_WINDOW_SECONDS` after a production pod
-was first seen waiting, every job creates at most `YIELD_SHARE` of the bind rate it had
-before it yielded (at least `MIN_YIELD_RATE`/s, so it still progresses), leaving the rest of
-the control plane to production (`prod_under_burst`: a job capped at ~20 creates/s kept
-production's p99 within 1.1x of idle, against 13x paced to the bind rate).
+also yields to production's *arrival*: for `ARRIVAL_WINDOW_SECONDS` after a new production
+pod was first seen (its creation event, whether or not the scheduler has bound it by then:
+by the time the operator sees it, it often has), every job creates at most `YIELD_SHARE` of
+the bind rate it had before it yielded (at least `MIN_YIELD_RATE`/s, so it still
+progresses), leaving the rest of the control plane to production (`prod_under_burst`: a job
+capped at ~20 creates/s kept production's p99 within 1.1x of idle, against 13x paced to the
+bind rate).
 
 A waiting pod counts only for `MAX_WAIT_SECONDS` after this process first saw it (on the
 monotonic clock): one unschedulable production pod must not stop batch forever. Its first
@@ -38,15 +40,44 @@ PRODUCTION: Final = "production"
 PRODUCTION_CLASS: Final = names.PRIORITY_CLASS[PRODUCTION]
 
 
+def is_production(pod: Mapping[str, Any]) -> bool:
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    return (meta.get("labels") or {}).get(names.LABEL_BAND) == PRODUCTION or spec.get(
+        "priorityClassName"
+    ) == PRODUCTION_CLASS
+
+
+def arriving_pod(pod: Mapping[str, Any]) -> bool:
+    """A production pod the scheduler is placing now, or has just placed: not started (not
+    Running, not ended), not gated, not being deleted. Seen in its creation event or as its
+    last gate goes, it is an arrival; a pod already running when the informer first lists it
+    (a restart) is not."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    return (
+        is_production(pod)
+        and phase in (None, "", "Pending")
+        and not spec.get("schedulingGates")
+        and not meta.get("deletionTimestamp")
+    )
+
+
+def fresh_sighting(kind: str, pod: Mapping[str, Any], old: Mapping[str, Any] | None) -> bool:
+    """The event that may show an arrival: the pod's creation, or its last gate removed."""
+    if kind == "ADDED":
+        return True
+    was_gated = bool(((old or {}).get("spec") or {}).get("schedulingGates"))
+    return was_gated and not (pod.get("spec") or {}).get("schedulingGates")
+
+
 def waiting_for_placement(pod: Mapping[str, Any]) -> bool:
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     phase = (pod.get("status") or {}).get("phase")
-    production = (meta.get("labels") or {}).get(names.LABEL_BAND) == PRODUCTION or spec.get(
-        "priorityClassName"
-    ) == PRODUCTION_CLASS
     return (
-        production
+        is_production(pod)
         and not spec.get("nodeName")
         and not spec.get("schedulingGates")
         and phase not in ("Succeeded", "Failed")
@@ -62,9 +93,14 @@ class ProductionWaiting:
         self._since: dict[str, float] = {}
         self._last_arrival: float | None = None
 
-    def observe(self, key: str, pod: Mapping[str, Any] | None, now: float) -> bool:
-        """Account one pod event (`pod` None: deleted). True when the pod stopped waiting
-        and no other waits any more: the moment held jobs go on."""
+    def observe(
+        self, key: str, pod: Mapping[str, Any] | None, now: float, *, fresh: bool = False
+    ) -> bool:
+        """Account one pod event (`pod` None: deleted; `fresh`: see `fresh_sighting`). True
+        when the pod stopped waiting and no other waits any more: the moment held jobs go
+        on."""
+        if fresh and pod is not None and arriving_pod(pod):
+            self._last_arrival = now
         if pod is not None and waiting_for_placement(pod):
             if key not in self._since:
                 self._since[key] = now
@@ -83,7 +119,8 @@ class ProductionWaiting:
         return max(ages) if ages else None
 
     def arriving(self, now: float) -> bool:
-        """Whether a production pod was first seen waiting within the arrival window."""
+        """Whether a production pod arrived (was first seen new, or waiting) within the
+        arrival window."""
         return self._last_arrival is not None and now - self._last_arrival < ARRIVAL_WINDOW_SECONDS
 
 

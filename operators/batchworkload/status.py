@@ -66,11 +66,12 @@ def job_end(o: Observed, d: Durable, r: Recorded) -> End:
     failed_indexes = r.failed_indexes.count_below(n)
     if done >= n:
         return End("complete", REASON_COMPLETED, f"all {n} tasks succeeded")
-    if r.failed > spec.backoff_limit:
+    limit = spec.failures_tolerated
+    if limit is not None and r.failed > limit:
         return End(
             "failed",
             REASON_BACKOFF_LIMIT,
-            f"{r.failed} task failures, more than backoffLimit {spec.backoff_limit}",
+            f"{r.failed} task failures, more than backoffLimit {limit}",
         )
     if failed_indexes and done + failed_indexes >= n:
         return End(

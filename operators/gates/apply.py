@@ -7,6 +7,11 @@ patch carrying resourceVersion; delete: preconditions). A 409 (or a failed `test
 means the view was stale: that pod's remaining writes are skipped and the round reports a
 conflict, which its queue retries with backoff, deciding again from a fresher view.
 
+A release is one write per pod: the gate patch, carrying the release mark
+(`ANNOTATION_RELEASED`) that the audit log is completed from after a kill -9. No State
+condition follows it (`status`), and its Event is one per gate and namespace for the whole
+round (`releases`), posted once the round's writes are done.
+
 Quota is spent before a gate goes: every pod the round releases has its room reserved in its
 team's quota ledger first (`pilotfish.reservations`), so admission and the gate controller
 can never both hand out the room a finished pod freed.
@@ -53,6 +58,7 @@ from pilotfish.operators.gates.plan import (
     SetCondition,
     UpdateRecord,
 )
+from pilotfish.operators.gates.releases import RoundReleases
 from pilotfish.reservations import Refused, Release, Reserver
 from pilotfish.timeutil import parse_time_or_none as parse_ts
 
@@ -98,10 +104,12 @@ class _Chain:
     """One pod's writes in a round: the version each next write is conditional on, and every
     version the pod passed through since the round read it."""
 
-    def __init__(self, pod: PodView) -> None:
+    def __init__(self, pod: PodView, releases: RoundReleases) -> None:
         self.pod = pod
         self.rv = pod.resource_version
         self.seen = [self.rv]
+        self.generation = pod.generation  # after the writes so far
+        self.releases = releases
 
 
 class Executor:
@@ -134,9 +142,13 @@ class Executor:
         return None if obj is None else str(obj["metadata"].get("resourceVersion") or "")
 
     def _wrote(self, c: _Chain, resp: Obj) -> None:
-        rv = str((resp.get("metadata") or {}).get("resourceVersion") or "")
+        meta = resp.get("metadata") or {}
+        rv = str(meta.get("resourceVersion") or "")
         if not rv:
             return
+        generation = meta.get("generation")
+        if isinstance(generation, int) and not isinstance(generation, bool):
+            c.generation = generation
         if self._cached_rv(c.pod.key) in c.seen:
             self.own.wrote(c.pod.key, resp, owner=ROUND)
         c.rv = rv
@@ -175,6 +187,7 @@ class Executor:
         out = Outcome(pods=len(by_pod), refused=len(refused))
         if not by_pod:
             return out
+        releases = RoundReleases.of(plan.actions)
         sem = asyncio.Semaphore(self.write_concurrency)
         pending = len(by_pod)
         metrics.GATES_PENDING_WRITES.set(pending)
@@ -183,12 +196,15 @@ class Executor:
             nonlocal pending
             async with sem:
                 try:
-                    return await self._pod(acts, now)
+                    return await self._pod(acts, now, releases)
                 finally:
                     pending -= 1
                     metrics.GATES_PENDING_WRITES.set(pending)
 
         results = await asyncio.gather(*(one(a) for a in by_pod.values()), return_exceptions=True)
+        for summary in releases.summaries():  # what committed, whatever failed besides
+            ref = pod_ref(summary.pod, summary.rv)
+            self.events.post(ref, REASON_RELEASED, summary.note, action="Release")
         errors = [r for r in results if isinstance(r, BaseException)]
         for e in errors:
             if isinstance(e, asyncio.CancelledError):
@@ -219,10 +235,12 @@ class Executor:
                 refused.update(pods)
         return refused
 
-    async def _pod(self, acts: Sequence[Action], now: datetime.datetime) -> bool:
+    async def _pod(
+        self, acts: Sequence[Action], now: datetime.datetime, releases: RoundReleases
+    ) -> bool:
         """One pod's writes in order: gates, record, review label, condition, delete.
         Returns True on a conflict (the pod changed since the round's view)."""
-        c = _Chain(acts[0].pod)
+        c = _Chain(acts[0].pod, releases)
         try:
             await self._writes(c, acts, now)
         except ApiError as e:
@@ -279,21 +297,20 @@ class Executor:
             await self._fail(c, e, now)
 
     async def _condition(self, c: _Chain, s: SetCondition) -> None:
-        body = {
-            "metadata": {"resourceVersion": c.rv},
-            "status": {
-                "conditions": [
-                    {
-                        "type": gates.POD_CONDITION,
-                        "status": s.status,
-                        "reason": s.reason,
-                        "message": s.message,
-                        "lastTransitionTime": s.last_transition_time,
-                        "lastProbeTime": None,
-                    }
-                ]
-            },
+        """The State condition of a still-gated pod; `observedGeneration` is the pod's
+        generation after this round's gate removals, so once the release patch moves the
+        generation on, the condition left from the gated phase reads as outdated."""
+        cond: dict[str, Any] = {
+            "type": gates.POD_CONDITION,
+            "status": s.status,
+            "reason": s.reason,
+            "message": s.message,
+            "lastTransitionTime": s.last_transition_time,
+            "lastProbeTime": None,
         }
+        if c.generation:
+            cond["observedGeneration"] = c.generation
+        body = {"metadata": {"resourceVersion": c.rv}, "status": {"conditions": [cond]}}
         path = PODS.path(c.pod.namespace, c.pod.name) + "/status"
         self._wrote(c, await self.rest.patch(path, body, STRATEGIC_MERGE_PATCH))
 
@@ -328,10 +345,7 @@ class Executor:
             self._audit(c, now, r.gate, "released", r.evidence, decided_from)
             metrics.GATES_RELEASES.labels(r.gate, pod.namespace).inc()
             metrics.GATES_RELEASE_AGE.labels(r.gate).observe(age)
-        note = "; ".join(f"released {r.gate}: {r.evidence}" for r in removes)
-        if any(r.final for r in removes):
-            note += "; no Pilotfish gate left, the pod goes to the scheduler"
-        self.events.post(pod_ref(pod, c.rv), REASON_RELEASED, note, action="Release")
+        c.releases.add(pod, c.rv, removes)
 
     def _audit(
         self,

@@ -30,8 +30,9 @@ The rules, in the order a round applies them:
    pod Expired and deletes it, Retry extends the deadline with exponential backoff, Review
    flags the pod for a person. A gate whose condition holds and that only waits for
    pacing does not expire: the wait is this controller's own throttling.
-5. The pod's State condition is derived from the pod after the round's writes; it is only
-   written when it differs from what the pod already shows.
+5. The State condition of each pod still holding a Pilotfish gate is derived from the pod
+   after the round's writes; it is only written when it differs from what the pod already
+   shows. A released pod gets none: its release is the gate patch alone (`status`).
 6. The next wake-up is the earliest future deadline or pacing token, so the controller
    asks its queue for one visit instead of polling.
 """

@@ -42,6 +42,7 @@ class PodCondition:
     reason: str = ""
     message: str = ""
     last_transition_time: str = ""
+    observed_generation: int = 0  # the generation of the object it describes (0: not said)
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class PodView:
     name: str
     uid: str = ""
     resource_version: str = ""
+    generation: int = 0  # metadata.generation: every spec change (a gate removed) moves it
     labels: Mapping[str, str] = field(default_factory=dict)
     created: datetime.datetime = EPOCH
     priority: int = 0
@@ -128,6 +130,10 @@ class PodView:
         return parse_ts(rec.deadline) if rec else None
 
 
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _conditions(status: Mapping[str, Any]) -> dict[str, PodCondition]:
     out: dict[str, PodCondition] = {}
     for c in status.get("conditions") or []:
@@ -138,6 +144,7 @@ def _conditions(status: Mapping[str, Any]) -> dict[str, PodCondition]:
             str(c.get("reason") or ""),
             str(c.get("message") or ""),
             str(c.get("lastTransitionTime") or ""),
+            _int(c.get("observedGeneration")),
         )
     return out
 
@@ -184,6 +191,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView:
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
         resource_version=str(meta.get("resourceVersion") or ""),
+        generation=_int(meta.get("generation")),
         labels=dict(meta.get("labels") or {}),
         created=parse_ts(meta.get("creationTimestamp")) or EPOCH,
         priority=int(spec.get("priority") or 0),

@@ -46,7 +46,8 @@ class RemoveGate:
 
 @dataclass(frozen=True)
 class SetCondition:
-    """Write the pod's gates.pilotfish.io/State condition (pods/status)."""
+    """Write the pod's gates.pilotfish.io/State condition (pods/status); only pods that
+    still hold a Pilotfish gate get one (`status`)."""
 
     pod: PodView
     status: str

@@ -1,5 +1,15 @@
-"""The status phase of a round, last: each pod's State condition, derived from the pod as it
-will be after the round's writes, and the review flag of pods whose records are untrusted.
+"""The status phase of a round, last: the State condition of each pod that still holds a
+Pilotfish gate after the round's writes, and the review flag of pods whose records are untrusted.
+
+The condition speaks for a gated pod only. A release is one write, the conditional gate
+patch, which also carries the release mark (`gates.pilotfish.io/released`: when, on what
+evidence, from which version, by whom); the API server ignores status in a pods patch, so a
+condition saying "released" would be a second write per pod, at the API server's cost, for a
+fact the pod already shows (no Pilotfish gate in its spec, the mark) and the audit log keeps.
+What happens to a released pod next is the scheduler's PodScheduled and the kubelet's phase.
+So the last condition a released pod carries is the one from its gated phase, and its
+`observedGeneration` (the pod's generation it describes) is older than the pod's: the gate
+patch changed the spec.
 
 A condition is written only when it differs from what the pod already shows, and its message
 uses each verdict's `summary`, which changes only when the reason does: a moving quota does
@@ -28,23 +38,9 @@ def untrusted_message(p: PodView, held: Sequence[str]) -> str:
     )
 
 
-def _released_state(prog: Progress, p: PodView) -> tuple[str, str, str]:
-    others = [g for g in p.scheduling_gates if not gates.is_pilotfish_gate(g)]
-    base = "all Pilotfish gates removed"
-    if others:
-        base += f"; still gated by {', '.join(others)}"
-    if p.key in prog.final:
-        return ("True", gates.STATE_READY, base)
-    if p.node_name and p.phase == "Running":
-        return ("True", gates.STATE_RUNNING, f"running on node {p.node_name}")
-    s = p.scheduled
-    if not p.node_name and s and s.status == "False" and s.reason == "Unschedulable":
-        return ("True", gates.STATE_UNSCHEDULABLE, s.message or "no node fits")
-    return ("True", gates.STATE_READY, base)
-
-
-def state(prog: Progress, p: PodView) -> tuple[str, str, str]:
-    """(status, reason, message) of the pod's State condition after this round."""
+def state(prog: Progress, p: PodView) -> tuple[str, str, str] | None:
+    """(status, reason, message) of the pod's State condition after this round; None once
+    it holds no Pilotfish gate (released: the condition is not written again)."""
     now = prog.now
     if p.key in prog.failing:
         e = prog.failing[p.key]
@@ -58,7 +54,7 @@ def state(prog: Progress, p: PodView) -> tuple[str, str, str]:
     gone = prog.removed.get(p.key, {})
     remaining = [g for g in p.pilotfish_gates if g not in gone]
     if not remaining:
-        return _released_state(prog, p)
+        return None
     held = [g for g in remaining if g in p.untrusted]
     if held:
         return ("False", REASON_UNTRUSTED, untrusted_message(p, held))
@@ -110,12 +106,20 @@ def flag(prog: Progress, p: PodView) -> None:
 
 
 def conditions(prog: Progress, pods: Sequence[PodView]) -> None:
-    """A SetCondition for each pod whose State condition changes."""
+    """A SetCondition for each still-gated pod whose State condition changes, or whose
+    condition describes an older generation of the pod than it has now."""
     for p in pods:
-        status, reason, message = state(prog, p)
+        got = state(prog, p)
+        if got is None:
+            continue
+        status, reason, message = got
         message = message[:MESSAGE_MAX]
         cur = p.state
-        if cur and (cur.status, cur.reason, cur.message) == (status, reason, message):
+        if (
+            cur
+            and (cur.status, cur.reason, cur.message) == (status, reason, message)
+            and cur.observed_generation in (0, p.generation)
+        ):
             continue
         ltt = (
             cur.last_transition_time

@@ -2,9 +2,19 @@
 reconcile = observe → decide → apply, keyed by TeamQuota name.
 
 A pod event re-enqueues the TeamQuotas of its namespace's team only when the pod's charge
-changed; a namespace whose team label moves re-enqueues both teams' quotas. While a status
-write of ours is not yet in the informer, the cached TeamQuota is older than what we wrote:
-reconcile waits for it (the event that shows the write re-enqueues it).
+changed; a namespace whose team label moves re-enqueues both teams' quotas.
+
+Most writes are made at once: a pod started without a reservation must be counted before
+anyone hands its room out again, and a reservation must be settled while its pod is there
+to be counted (settled after the pod is gone, it would look like one whose pod never
+appeared and wait out its TTL). A write that only lowers `used` (pods ended), with the
+reservations unchanged, waits until `min_write_interval` (1 s) has passed since the
+TeamQuota's last write and takes everything that changed meanwhile: a batch job ending
+tasks by the dozen per second otherwise costs the API server a TeamQuota update per task.
+Waiting there is safe, as the ledger holds more than it needs to until then, never less.
+
+While a status write of ours is not yet in the informer, the cached TeamQuota is older than
+what we wrote: reconcile waits for it (the event that shows the write re-enqueues it).
 
 The age of a reservation is measured from when this controller first saw it, on its own
 monotonic clock: comparing the reservation's wall-clock stamp, written by another process,
@@ -23,6 +33,7 @@ from pilotfish.kube.rest import NAMESPACES, PODS, TEAMQUOTAS
 from pilotfish.kube.runtime import Runtime
 from pilotfish.kube.workqueue import DONE, Result, WorkQueue, requeue_after
 from pilotfish.ledger import Ledger
+from pilotfish.names import BANDS
 from pilotfish.operators.quota.apply import CONTROLLER, apply
 from pilotfish.operators.quota.decide import decide, next_expiry
 from pilotfish.operators.quota.model import ChargeIndex, team_of_namespace, team_of_quota
@@ -33,12 +44,33 @@ WORKERS: Final = 2
 UNSETTLED_RECHECK: Final = 5.0
 # Wake a little after a reservation runs out, never just before it.
 EXPIRY_SLACK: Final = 0.1
+MIN_WRITE_INTERVAL_SECONDS: Final = 1.0
+
+
+def only_lowers(tq: Obj, status: Obj) -> bool:
+    """Whether writing `status` keeps `tq`'s reservations as they are and lowers or keeps,
+    never raises, what every band holds in every resource."""
+    before, after = Ledger.of(tq), Ledger.of({**tq, "status": status})
+    if before.reservations != after.reservations:
+        return False
+    for band in BANDS:
+        was, now = before.held(band), after.held(band)
+        if any(amount > was.get(resource, 0) for resource, amount in now.items()):
+            return False
+    return True
 
 
 class QuotaController:
-    def __init__(self, rt: Runtime, workers: int = WORKERS) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        workers: int = WORKERS,
+        min_write_interval: float = MIN_WRITE_INTERVAL_SECONDS,
+    ) -> None:
         self.rt = rt
         self.workers = workers
+        self.min_write_interval = min_write_interval
+        self.last_write: dict[str, float] = {}  # TeamQuota name -> monotonic time
         self.quotas = rt.factory.informer(TEAMQUOTAS)
         self.pods = rt.factory.informer(PODS, projection=projections.pod)
         self.namespaces = rt.factory.informer(NAMESPACES)
@@ -100,10 +132,17 @@ class QuotaController:
         tq = self.quotas.get(name)
         if tq is None:
             self.first_seen.pop(name, None)
+            self.last_write.pop(name, None)
             return DONE
         charges = list(self.charges.charges(self._namespaces_of(team_of_quota(tq))))
         ages = self._ages(name, tq)
         plan = decide(tq, charges, ages)
+        if plan is not None:
+            now = self.rt.clock.monotonic()
+            since = now - self.last_write.get(name, now - self.min_write_interval)
+            if since < self.min_write_interval and only_lowers(tq, plan.status):
+                return requeue_after(self.min_write_interval - since, "coalescing status writes")
+            self.last_write[name] = now
         result = DONE if plan is None else await apply(self.rt.rest, self.writes, tq, plan)
         wake = next_expiry(tq if plan is None else {"status": plan.status}, charges, ages)
         if result.retry or wake is None:

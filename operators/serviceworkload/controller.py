@@ -17,6 +17,11 @@ on that same queue. kopf would be a second event loop with its own retries and w
 its change-tracking annotation onto every workload, bumping the resourceVersion our status
 writes are conditional on. Pods are a hot path kopf must not carry.
 
+Nodes come from the shared node informer, for planned maintenance: a node annotated
+`pilotfish.io/draining` makes a surge-first workload keep replacements for its pods there
+(`drain`), and a change of that annotation enqueues the workloads with pods on the node
+(`nodeindex`).
+
 Timed wake-ups are `requeue_after(t - now)`, never polled; refused writes are RETRY, and
 the queue alone backs the workload off while they continue.
 
@@ -41,7 +46,7 @@ from pilotfish.api.serviceworkload import ServiceWorkload
 from pilotfish.kube import projections
 from pilotfish.kube.informer import Handler, Obj, object_key
 from pilotfish.kube.ownwrites import OwnWrites
-from pilotfish.kube.rest import LEASES, PODS, SERVICEWORKLOADS, ApiError
+from pilotfish.kube.rest import LEASES, NODES, PODS, SERVICEWORKLOADS, ApiError
 from pilotfish.kube.runtime import Runtime
 from pilotfish.kube.workqueue import (
     DONE,
@@ -56,6 +61,7 @@ from pilotfish.operators.serviceworkload import revisions as revs
 from pilotfish.operators.serviceworkload.apply import CONTROLLER, Executor, Trackers
 from pilotfish.operators.serviceworkload.decide import Plan, decide, invalid
 from pilotfish.operators.serviceworkload.model import Observed, is_ours, owner_key
+from pilotfish.operators.serviceworkload.nodeindex import NodeIndex
 from pilotfish.operators.serviceworkload.status import ReplicaFailure
 from pilotfish.workloads import LABEL_WORKLOAD
 
@@ -125,6 +131,12 @@ class ServiceWorkloadController:
         self.waiting: dict[str, str] = {}
         rt.silence.watch(factory)
         rt.silence.add_listener(self._on_renewal)
+        # Nodes being drained (planned maintenance), and which workloads run on each.
+        self.by_node = NodeIndex(
+            factory.informer(NODES, projection=projections.node), self.queue.add
+        )
+        self.pods.add_handler(self.by_node.on_pod)
+        self.by_node.nodes.add_handler(self.by_node.on_node_event)
 
     # Observe ------------------------------------------------------------------------------
 
@@ -204,15 +216,17 @@ class ServiceWorkloadController:
         if failure is not None and failure.generation != sw["metadata"].get("generation"):
             del self.failures[key]  # refused for a spec that is no longer asked for
             failure = None
+        mine = tuple(p for p in pods if p is not None and is_ours(p, uid))
         return Observed(
             key=key,
             sw=sw,
             model=model,
-            pods=tuple(p for p in pods if p is not None and is_ours(p, uid)),
+            pods=mine,
             revisions=tuple(revs.owned_revisions((r for r in revisions if r is not None), uid)),
             pdb=self.pdbs.get(key),
             at=self.rt.clock.now(),
             failure=failure,
+            draining=self.by_node.draining(mine),
         )
 
     # Reconcile --------------------------------------------------------------------------

@@ -6,6 +6,8 @@ The phases, in the order the Deployment controller runs them:
    that must record a revision stops there (pods of it wait for it to be visible);
 2. rolling (`rolling.plan`): pods to create, drain and delete within the budget; for an
    `atMostOne` workload the fencing phase (`atmostone`) instead, which replaces, never surges;
+   while nodes it runs on are drained for maintenance, a surge-first workload plans for
+   `replicas` plus its pods there (`drain`), so the drain's replacements start first;
 3. progress (`progress`): complete, paused, progressing or stalled at the deadline;
 4. status (`status.compute_status`): counts and conditions, computed last and from the
    pods observed at the start of the round, never from what the round is about to do;
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pilotfish.api.serviceworkload import PROGRESSING
-from pilotfish.operators.serviceworkload import atmostone, rolling
+from pilotfish.operators.serviceworkload import atmostone, drain, rolling
 from pilotfish.operators.serviceworkload import progress as prog
 from pilotfish.operators.serviceworkload import revisions as revs
 from pilotfish.operators.serviceworkload.model import Event, Observed, parse_time, pod_state
@@ -199,6 +201,7 @@ def decide(obs: Observed) -> Plan:
     templates = {r.hash: r.template for r in obs.revisions}
     templates[update_hash] = template
     fence = None
+    extra = 0
     if obs.fencing is not None:
         pods = rolling.Plan()
         takedowns: tuple[PodWrite, ...] = ()
@@ -222,11 +225,17 @@ def decide(obs: Observed) -> Plan:
             previous_reason=previous_reason,
         )
     else:
-        pods = rolling.plan(states, desired, now)
+        # Planned maintenance: a surge-first workload keeps replacements for its pods on
+        # draining nodes (`drain`); the budget, the PDB and the status stay `replicas`'.
+        if drain.surge_first(obs.model, budget):
+            extra = drain.drain_extra(obs.pods, states, budget, obs.draining)
+        pods = rolling.plan(states, drain.with_extra(desired, extra), now)
         takedowns, creates = pod_writes(obs, pods, templates)
 
     # 3. progress
-    complete = prog.is_complete(states, desired, now)
+    complete = prog.is_complete(states, desired, now) or drain.complete_while_draining(
+        states, desired, extra, now
+    )
     update_rev = next((r for r in obs.revisions if r.hash == update_hash), None)
     conditions = previous.get("conditions") or []
     last = prog.last_progress_at(
@@ -290,6 +299,7 @@ def decide(obs: Observed) -> Plan:
             "drains": len(pods.drains),
             "deletes": len(pods.deletes),
             "update": update_hash,
+            **({"drain_surges": extra} if extra else {}),
             **(fencing_summary(fence) if fence is not None else {}),
         },
     )

@@ -74,6 +74,8 @@ class Observed:
     failure: ReplicaFailure | None = None
     # For an `atMostOne` workload: its identity Lease and its pods' nodes' silence.
     fencing: Fencing | None = None
+    # The nodes its pods run on that are being drained (`pilotfish.io/draining`).
+    draining: frozenset[str] = frozenset()
 
     @property
     def now(self) -> float:

@@ -36,6 +36,9 @@ REASON_RESUMED: Final = "Resumed"
 INDEX_RANGES_PATTERN: Final = r"^$|^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$"
 
 
+DEFAULT_BACKOFF_LIMIT: Final = 6
+
+
 class BatchWorkloadSpec(ApiModel):
     """The desired state of a BatchWorkload."""
 
@@ -71,11 +74,12 @@ class BatchWorkloadSpec(ApiModel):
     placement: Placement = object_field(
         Placement, "Where the tasks may run and how they are spread (as for ServiceWorkload)."
     )
-    backoff_limit: int = Field(
-        default=6,
+    backoff_limit: int | None = Field(
+        default=None,
         ge=0,
         description="Task failures tolerated in all before the job is marked Failed "
-        "(evictions and preemptions do not count).",
+        "(evictions and preemptions do not count). Unset: 6, or no limit in all when "
+        "backoffLimitPerIndex is set (as for a Job).",
     )
     backoff_limit_per_index: int | None = Field(
         default=None,
@@ -100,6 +104,13 @@ class BatchWorkloadSpec(ApiModel):
         description="Stop the job: no pods are created and running ones are deleted; setting "
         "it back to false resumes where the job was.",
     )
+
+    @property
+    def failures_tolerated(self) -> int | None:
+        """The backoffLimit in force: None is no limit in all (only per index)."""
+        if self.backoff_limit is not None:
+            return self.backoff_limit
+        return None if self.backoff_limit_per_index is not None else DEFAULT_BACKOFF_LIMIT
 
 
 class Pacing(ApiModel):

@@ -8,7 +8,8 @@ kubectl's global flags before or after the subcommand: --kubeconfig, --context, 
   kubectl pilotfish gates [-n NS | -A] [-o table|wide|json]
   kubectl pilotfish gates release POD GATE --reason TEXT [--dry-run[=server]]
   kubectl pilotfish gates cancel POD --reason TEXT [--dry-run[=server]]
-  kubectl pilotfish why POD | bw/NAME
+  kubectl pilotfish why POD | bw/NAME | nm/NAME
+  kubectl pilotfish drain NODE... [--max-concurrent K] [--one-per-zone] [--wait]
   kubectl pilotfish status | version
 """
 
@@ -25,7 +26,7 @@ from kubernetes_asyncio.config import ConfigException
 
 import pilotfish
 from pilotfish import names
-from pilotfish.cli import gates_cmd, rollout_cmd, why
+from pilotfish.cli import drain_cmd, gates_cmd, rollout_cmd, why
 from pilotfish.cli.connect import Target, add_flags, default_namespace, rest_client, whoami
 from pilotfish.kube.rest import ApiError, Rest
 
@@ -200,13 +201,15 @@ def parser() -> argparse.ArgumentParser:
     w = sub.add_parser(
         "why",
         help="why a pod is not running: gated, unschedulable, or the node's problem; "
-        "bw/NAME: a BatchWorkload's progress and what its tasks wait on",
+        "bw/NAME: a BatchWorkload's progress and what its tasks wait on; "
+        "nm/NAME: a NodeMaintenance's progress and what blocks each node",
     )
     _common(w, top=False)
-    w.add_argument("pod", metavar="POD | bw/NAME")
+    w.add_argument("pod", metavar="POD | bw/NAME | nm/NAME")
     w.set_defaults(func=_why)
 
     rollout_cmd.add_parser(sub, _common)
+    drain_cmd.add_parser(sub, _common)
     return p
 
 

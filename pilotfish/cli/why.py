@@ -24,6 +24,7 @@ from pilotfish.cli.gates_list import condition_text, state_condition
 from pilotfish.cli.output import ago, human_duration
 from pilotfish.cli.whybatch import parse_target, run_batch, task_layer
 from pilotfish.cli.whylost import lost_layer
+from pilotfish.cli.whymaintenance import maintenance_name, run_maintenance
 from pilotfish.cli.whyquota import quota_layer
 from pilotfish.kube.rest import PODS, ApiError, Resource, Rest
 from pilotfish.timeutil import SYSTEM_CLOCK, Clock
@@ -393,7 +394,9 @@ async def run_target(
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
 ) -> int:
-    """`why POD`, `why pod/NAME` or `why bw/NAME` (2 for a target of another kind)."""
+    """`why POD`, `why pod/NAME`, `why bw/NAME` or `why nm/NAME` (2 for another kind)."""
+    if (maintenance := maintenance_name(target)) is not None:
+        return await run_maintenance(rest, maintenance, clock, out, err)
     try:
         kind, name = parse_target(target)
     except ValueError as e:

@@ -34,7 +34,7 @@ _POD_STATUS = ("phase", "reason", "podIP", "podIPs")
 # as failed) and the gate controller's own; the other kubelet conditions are a third of a
 # pod's status.
 _CONDITIONS = frozenset({"Ready", "PodScheduled", "DisruptionTarget", gates.POD_CONDITION})
-_CONDITION = ("type", "status", "reason", "message", "lastTransitionTime")
+_CONDITION = ("type", "status", "reason", "message", "lastTransitionTime", "observedGeneration")
 
 
 def shared(value: Any) -> Any:
@@ -80,6 +80,15 @@ def pod(obj: Obj) -> Obj:
     out_spec["containers"] = _containers(spec.get("containers"))
     if spec.get("initContainers"):
         out_spec["initContainers"] = _containers(spec.get("initContainers"))
+    # Only whether a volume is an emptyDir (a drain loses its data: the maintenance
+    # controller asks for an opt-in), not its size limit or medium, nor the other volumes.
+    local = [
+        {"name": shared(v.get("name")), "emptyDir": {}}
+        for v in spec.get("volumes") or []
+        if isinstance(v, dict) and "emptyDir" in v
+    ]
+    if local:
+        out_spec["volumes"] = local
     out_status: Obj = {k: status[k] for k in _POD_STATUS if k in status}
     if "phase" in out_status:
         out_status["phase"] = shared(out_status["phase"])

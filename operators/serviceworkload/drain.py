@@ -7,10 +7,9 @@ PodDisruptionBudget allows 1 (see `pdb`), so the maintenance controller itself w
 evicting the pod still leaves `replicas` Ready pods (blocker WaitingForSurge). This module is
 the other half of that contract: the workload keeps `replicas + extra` pods, `extra` being
 its pods on draining nodes (capped, below), so the replacements start (elsewhere: the node
-is cordoned)
-while the old pods still serve, and nothing here ever deletes an old pod. Once the drain
-evicts one, it is no longer counted in `extra` and the count is back at `replicas` with no
-deletion.
+is cordoned) while the old pods still serve, and nothing here ever deletes an old pod. Once
+the drain evicts one, it is no longer counted in `extra` and the count is back at
+`replicas` with no deletion.
 
 At most `max(1, maxSurge)` surges exist at a time, the room a rollout gets: a workload with
 two pods on one draining node and `maxSurge: 1` gets one surge; once it is Ready the drain

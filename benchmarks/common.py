@@ -64,6 +64,23 @@ async def wait_for(
     raise TimeoutError(f"timed out after {within:.0f}s waiting for {what}")
 
 
+async def sample_every(
+    interval: float,
+    take: Callable[[], Awaitable[T]],
+    samples: list[T],
+    errors: list[str],
+) -> None:
+    """`take` every `interval` seconds into `samples` until cancelled; a sample that fails
+    (timeout, API error, connection) is a gap noted in `errors`, not the end of the record."""
+    while True:
+        started = time.monotonic()
+        try:
+            samples.append(await take())
+        except (TimeoutError, ApiError, OSError) as e:
+            errors.append(f"{type(e).__name__}: {e}")
+        await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+
 async def create_namespace(rest: Rest, name: str, labels: dict[str, str]) -> None:
     await rest.create(
         NAMESPACES.path(),

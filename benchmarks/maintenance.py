@@ -42,7 +42,7 @@ from typing import Any, Final
 if __package__ in (None, ""):  # run as `python benchmarks/maintenance.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import bounded, create_namespace, log, wait_for
+from benchmarks.common import bounded, create_namespace, log, sample_every, wait_for
 from benchmarks.probes import maintenance as probe
 from benchmarks.probes.lostnodes import cordon
 from pilotfish import names
@@ -151,13 +151,7 @@ class Recorder:
         return probe.sample(at, pods, nodes, nm)
 
     async def run(self) -> None:
-        while True:
-            started = time.monotonic()
-            try:
-                self.samples.append(await self.take())
-            except (TimeoutError, ApiError, OSError) as e:
-                self.errors.append(f"{type(e).__name__}: {e}")
-            await asyncio.sleep(max(0.0, SAMPLE_EVERY - (time.monotonic() - started)))
+        await sample_every(SAMPLE_EVERY, self.take, self.samples, self.errors)
 
     def between(self, start: float, end: float) -> list[probe.Sample]:
         return [s for s in self.samples if start <= s.at <= end]

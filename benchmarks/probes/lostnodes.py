@@ -6,16 +6,15 @@ and "true" lets it return."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from benchmarks.common import log, wait_for
+from benchmarks.common import log, sample_every, wait_for
 from benchmarks.probes import nodefailure as nf
 from pilotfish import names
-from pilotfish.kube.rest import LEASES, NODES, PODS, ApiError, Resource, Rest
+from pilotfish.kube.rest import LEASES, NODES, PODS, Resource, Rest
 from pilotfish.nodesilence import NODE_LEASE_NAMESPACE
 
 ENDPOINTSLICES: Final = Resource("discovery.k8s.io", "v1", "endpointslices")
@@ -46,13 +45,7 @@ class Recorder:
         return nf.sample(at, time.time(), nodes, leases, pods, slices)
 
     async def run(self) -> None:
-        while True:
-            started = time.monotonic()
-            try:
-                self.samples.append(await self.take())
-            except (TimeoutError, ApiError, OSError) as e:
-                self.errors.append(f"{type(e).__name__}: {e}")
-            await asyncio.sleep(max(0.0, SAMPLE_EVERY - (time.monotonic() - started)))
+        await sample_every(SAMPLE_EVERY, self.take, self.samples, self.errors)
 
     def latest(self) -> nf.Sample | None:
         return self.samples[-1] if self.samples else None

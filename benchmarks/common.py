@@ -88,6 +88,19 @@ async def create_namespace(rest: Rest, name: str, labels: dict[str, str]) -> Non
     )
 
 
+async def wait_default_service_account(rest: Rest, namespace: str, within: float = 60) -> None:
+    """Until `namespace` has its default ServiceAccount: the API server refuses pods before."""
+
+    async def exists() -> bool:
+        try:
+            await rest.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
+        except ApiError:
+            return False
+        return True
+
+    await wait_for(f"the default ServiceAccount of {namespace}", exists, within)
+
+
 async def delete_namespace(rest: Rest, name: str, within: float = 300) -> None:
     """Delete a namespace and wait until it is gone, so the next phase runs on a quiet cluster."""
     try:

@@ -38,6 +38,7 @@ from typing import Any, Final
 
 import aiohttp
 
+from benchmarks.common import wait_default_service_account
 from pilotfish import names
 from pilotfish.devcluster import supervisor
 from pilotfish.devcluster.cluster import ClusterSpec, host_processes, running_cluster
@@ -228,14 +229,7 @@ async def setup(rest: Rest) -> bool:
         NAMESPACES.path(), {"metadata": {"name": NAMESPACE, "labels": {names.LABEL_TEAM: TEAM}}}
     )
 
-    async def default_sa() -> bool:
-        try:
-            await rest.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default")
-        except ApiError:
-            return False
-        return True
-
-    await wait_for("the default ServiceAccount", default_sa)
+    await wait_default_service_account(rest, NAMESPACE)
     # Production pods of a team without a TeamQuota are refused at admission.
     await rest.create(
         TEAMQUOTAS.path(),

@@ -45,6 +45,7 @@ from typing import Any
 
 import yaml
 
+from benchmarks.common import wait_default_service_account
 from pilotfish import names
 from pilotfish.devcluster import binaries, components, pki
 from pilotfish.devcluster.cluster import ClusterSpec, running_cluster
@@ -213,16 +214,7 @@ async def fresh_namespace(rest: Rest, name: str) -> None:
             "metadata": {"name": name, "labels": NAMESPACE_LABELS},
         },
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # pods are refused until the default ServiceAccount exists
-        try:
-            await rest.get(f"/api/v1/namespaces/{name}/serviceaccounts/default")
-            return
-        except ApiError as e:
-            if not e.not_found:
-                raise
-        await asyncio.sleep(0.2)
-    raise TimeoutError(f"no default ServiceAccount in {name}")
+    await wait_default_service_account(rest, name)
 
 
 async def delete_namespace(rest: Rest, name: str, within: float = 600) -> None:

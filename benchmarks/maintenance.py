@@ -42,7 +42,14 @@ from typing import Any, Final
 if __package__ in (None, ""):  # run as `python benchmarks/maintenance.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import bounded, create_namespace, log, sample_every, wait_for
+from benchmarks.common import (
+    bounded,
+    create_namespace,
+    log,
+    sample_every,
+    wait_default_service_account,
+    wait_for,
+)
 from benchmarks.probes import maintenance as probe
 from benchmarks.probes.lostnodes import cordon
 from pilotfish import names
@@ -312,14 +319,7 @@ async def setup(rest: Rest, args: argparse.Namespace) -> None:
     await rest.create(TEAMQUOTAS.path(), quota)
     await create_namespace(rest, NAMESPACE, {names.LABEL_TEAM: TEAM})
 
-    async def default_sa() -> bool:
-        try:
-            await rest.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default")
-        except ApiError:
-            return False
-        return True
-
-    await wait_for("the default ServiceAccount", default_sa, 60)
+    await wait_default_service_account(rest, NAMESPACE)
 
     every = [n["metadata"]["name"] for n in fleet.fleet(args.nodes)]
     step = max(1, len(every) // max(1, args.workloads))

@@ -52,7 +52,7 @@ from typing import Any, Final
 if __package__ in (None, ""):  # run as `python benchmarks/node_failure.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import create_namespace, delete_namespace, log, wait_for
+from benchmarks.common import create_namespace, delete_namespace, log, wait_default_service_account
 from benchmarks.probes import nodefailure as nf
 from benchmarks.probes.lostnodes import Recorder, cordon, restore, silence
 from pilotfish import names
@@ -64,7 +64,6 @@ from pilotfish.kube.client import api_client
 from pilotfish.kube.rest import (
     SERVICEWORKLOADS,
     TEAMQUOTAS,
-    ApiError,
     Rest,
 )
 from pilotfish.nodesilence import SilenceSettings
@@ -112,14 +111,7 @@ async def namespace(rest: Rest, name: str, opt_out: bool) -> None:
     labels = {names.LABEL_TEAM: TEAM, **(OPT_OUT if opt_out else {})}
     await create_namespace(rest, name, labels)
 
-    async def default_sa() -> bool:
-        try:
-            await rest.get(f"/api/v1/namespaces/{name}/serviceaccounts/default")
-        except ApiError:
-            return False
-        return True
-
-    await wait_for(f"the default ServiceAccount of {name}", default_sa, 60)
+    await wait_default_service_account(rest, name)
 
 
 @dataclass

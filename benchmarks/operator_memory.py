@@ -59,7 +59,14 @@ from typing import Any, Final
 if __package__ in (None, ""):  # run as `python benchmarks/operator_memory.py` (make bench)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import bounded, create_namespace, delete_namespace, emit, log, wait_for
+from benchmarks.common import (
+    bounded,
+    create_namespace,
+    delete_namespace,
+    emit,
+    log,
+    wait_default_service_account,
+)
 from benchmarks.gate_release import pod_body as gated_pod_body
 from benchmarks.probes.operator import OPERATOR, Bench, measure_synced, phase
 from benchmarks.probes.watches import AuditTail, proc_memory
@@ -153,14 +160,7 @@ async def make_namespace(rest: Rest, name: str, labels: dict[str, str]) -> None:
         {"apiVersion": names.API_VERSION, "kind": "GateSignal", "metadata": {"name": "hold"}},
     )
 
-    async def default_sa() -> bool:  # pods are refused until the namespace has one
-        try:
-            await rest.get(f"/api/v1/namespaces/{name}/serviceaccounts/default")
-        except ApiError:
-            return False
-        return True
-
-    await wait_for(f"the default ServiceAccount in {name}", default_sa, 60)
+    await wait_default_service_account(rest, name)
 
 
 async def team_quota(rest: Rest, team: str, batch: dict[str, Any]) -> None:

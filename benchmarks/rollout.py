@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from benchmarks.common import wait_default_service_account
 from pilotfish import names
 from pilotfish.devcluster import supervisor
 from pilotfish.devcluster.cluster import ClusterSpec, running_cluster
@@ -251,14 +252,7 @@ async def measure(layout: Layout) -> dict[str, Any]:
             },
         )
 
-        async def default_sa() -> bool:
-            try:
-                await rest.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default")
-            except ApiError:
-                return False
-            return True
-
-        await wait_for("the default ServiceAccount", default_sa, 60)
+        await wait_default_service_account(rest, NAMESPACE)
         # Production pods of a team no TeamQuota grants are refused at admission.
         await rest.create(
             TEAMQUOTAS.path(),

@@ -20,9 +20,9 @@ import jsonpatch
 
 from pilotfish import gates, quota
 from pilotfish.gates import GateRecord
-from pilotfish.names import SA_OPERATOR
+from pilotfish.names import BANDS, SA_OPERATOR
 from pilotfish.timeutil import format_time
-from pilotfish.webhooks import bands, gating, quantities, tenancy, tolerations
+from pilotfish.webhooks import bands, gating, quantities, reclaim, tenancy, tolerations
 from pilotfish.webhooks import quota as quota_rules
 from pilotfish.webhooks.admission import Decision
 from pilotfish.webhooks.gateview import GateView
@@ -141,6 +141,23 @@ def _tenant_patch(
     return ops, choice
 
 
+def reclaim_plan(
+    pod: Mapping[str, Any], namespace: str, team: TeamSnapshot | None, default: bool
+) -> tuple[list[str], tuple[str, reclaim.Setting] | None]:
+    """What breaks the reclaim rules, and (band, setting) to patch by: tenant pods judged
+    with a team view only, like bands."""
+    if team is None or not tenancy.is_tenant(namespace):
+        return [], None
+    labels = team.labels_of(namespace)
+    found = reclaim.setting(namespace, labels, default)
+    if isinstance(found, str):
+        return [found], None
+    band = bands.resolve(pod, namespace, labels).band
+    if band not in BANDS:
+        return [], None  # the band rules refuse it already
+    return reclaim.problems(pod, namespace, band, found), (band, found)
+
+
 def mutate(
     request: Mapping[str, Any],
     view: GateView,
@@ -150,10 +167,13 @@ def mutate(
     *,
     foreign_schedulers: ForeignSchedulers = "refuse",
     eviction_wait: float = tolerations.DEFAULT_EVICTION_WAIT,
+    reclaim_default: bool = False,
 ) -> Decision:
     """Team and band (label, priority class, scheduler), the lost-node tolerations
-    (`tolerations`, from `eviction_wait`), the quota gate for batch over quota, then every
-    gate of every GatePolicy of the namespace that selects the pod.
+    (`tolerations`, from `eviction_wait`), reclaim (`reclaim`: batch cpu/memory moved onto
+    reclaimed capacity where it is on, `reclaim_default` where no label says), the quota
+    gate for batch over quota, then every gate of every GatePolicy of the namespace that
+    selects the pod.
 
     A pod breaking a tenancy or band rule is refused here already: the API server would
     otherwise reject the patched pod with a less helpful message (gates on a pod naming its
@@ -172,10 +192,15 @@ def mutate(
     gang = gates.batch_gang_problem(pod)
     if gang:
         refused.append(gang)
+    reclaim_refused, reclaim_by = reclaim_plan(pod, namespace, team, reclaim_default)
+    refused += reclaim_refused
     if refused:
         return Decision.deny("; ".join(refused))
     ops, choice = _tenant_patch(pod, namespace, team, policy)
     ops += tolerations.patch(jsonpatch.apply_patch(pod, ops), namespace, eviction_wait)
+    if reclaim_by is not None:
+        # Before the quota decision below: it charges the pod as translated (the same).
+        ops += reclaim.patch(jsonpatch.apply_patch(pod, ops), *reclaim_by)
     if ops:
         pod = jsonpatch.apply_patch(pod, ops)
     broken = view.broken_in(namespace)

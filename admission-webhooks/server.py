@@ -43,7 +43,15 @@ from pilotfish.kube.client import api_client
 from pilotfish.kube.factory import InformerFactory
 from pilotfish.kube.rest import Rest
 from pilotfish.timeutil import utcnow as utc_now
-from pilotfish.webhooks import pods, podupdate, quantities, templates, tolerations, workloads
+from pilotfish.webhooks import (
+    pods,
+    podupdate,
+    quantities,
+    reclaim,
+    templates,
+    tolerations,
+    workloads,
+)
 from pilotfish.webhooks.admission import Decision, InvalidObject, build_response, parse_review
 from pilotfish.webhooks.gatecache import Clock, GatePolicyCache, StaticViews, ViewSource
 from pilotfish.webhooks.gateview import GateView
@@ -69,6 +77,7 @@ def bind_reviews(
     *,
     foreign_schedulers: ForeignSchedulers = "refuse",
     eviction_wait: float = tolerations.DEFAULT_EVICTION_WAIT,
+    reclaim_default: bool = False,
 ) -> dict[str, Review]:
     """Path -> review, the pod reviews bound to their views, the clock and the reservation.
 
@@ -96,6 +105,7 @@ def bind_reviews(
             scheduler_name,
             foreign_schedulers=foreign_schedulers,
             eviction_wait=eviction_wait,
+            reclaim_default=reclaim_default,
         )
 
     writers = podupdate.Writers.from_env()
@@ -219,6 +229,7 @@ async def serve(
     scheduler_name: str | None = None,
     foreign_schedulers: ForeignSchedulers = "refuse",
     eviction_wait: float | None = None,
+    reclaim_default: bool | None = None,
 ) -> None:
     """Run the webhooks over HTTPS until cancelled.
 
@@ -227,11 +238,14 @@ async def serve(
     server at all), for tests. `client_ca`: require callers' certificates signed by it.
     `health_port`: also serve /healthz, /readyz and /metrics over plain HTTP there. The
     certificates are read once at start; a rotated certificate takes effect on restart.
-    `eviction_wait` None: PILOTFISH_EVICTION_WAIT_SECONDS, read once here (a bad value
-    raises ValueError naming it, before anything is served).
+    `eviction_wait` None: PILOTFISH_EVICTION_WAIT_SECONDS, and `reclaim_default` None:
+    PILOTFISH_RECLAIM, read once here (a bad value raises ValueError naming it, before
+    anything is served).
     """
     if eviction_wait is None:
         eviction_wait = tolerations.eviction_wait_from_env()
+    if reclaim_default is None:
+        reclaim_default = reclaim.default_from_env()  # ValueError naming PILOTFISH_RECLAIM
     context = server_ssl_context(certfile, keyfile, client_ca)
     if client_ca is None:
         log.warning(
@@ -239,7 +253,9 @@ async def serve(
             extra={"component": "webhooks"},
         )
     if views is not None:
-        app = make_app(bind_reviews(views, clock, eviction_wait=eviction_wait))
+        app = make_app(
+            bind_reviews(views, clock, eviction_wait=eviction_wait, reclaim_default=reclaim_default)
+        )
         await tasks.run_guarded(
             {
                 "webhooks": httpserver.run_until_cancelled(
@@ -267,6 +283,7 @@ async def serve(
                 templates.dry_run_with(rest),
                 foreign_schedulers=foreign_schedulers,
                 eviction_wait=eviction_wait,
+                reclaim_default=reclaim_default,
             ),
             ready=ready,
         )

@@ -39,6 +39,14 @@ T = TypeVar("T")
 # Ports of the session's cluster are the defaults shifted by this much (several suites may
 # run side by side, each with its own offset).
 E2E_PORT_OFFSET = int(os.environ.get("PILOTFISH_E2E_PORT_OFFSET", "1000"))
+# Reclaim and Prometheus at test speed: a 2-minute window measured every 15 s from 5 s
+# scrapes, and a node is stale after 30 s without a sample.
+E2E_RECLAIM_ENV = {
+    "PILOTFISH_PROMETHEUS_SCRAPE_INTERVAL": "5s",
+    "PILOTFISH_RECLAIM_INTERVAL_SECONDS": "15",
+    "PILOTFISH_RECLAIM_WINDOW": "2m",
+    "PILOTFISH_RECLAIM_STALE_AFTER_SECONDS": "30",
+}
 
 
 @dataclass
@@ -70,11 +78,24 @@ class Env:
             pytest.skip("needs the local cluster's component kubeconfigs")
         return k8s_config.new_client_from_config(config_file=str(self.layout.kubeconfig(component)))
 
+    @property
+    def prometheus_url(self) -> str:
+        """The cluster's Prometheus (`e2e.prom` asks it); PILOTFISH_E2E_PROMETHEUS_URL for an
+        external cluster, which is skipped without it."""
+        url = os.environ.get("PILOTFISH_E2E_PROMETHEUS_URL")
+        if url:
+            return url.rstrip("/")
+        if self.spec is None:
+            pytest.skip("needs a Prometheus: set PILOTFISH_E2E_PROMETHEUS_URL")
+        return f"http://127.0.0.1:{self.spec.ports.prometheus}"
+
     def host_process(self, name: str) -> Component:
-        """One of the local cluster's Pilotfish host processes, e.g. pilotfish-operator."""
+        """One of the local cluster's host processes: Pilotfish's (e.g. pilotfish-operator)
+        or its Prometheus ("prometheus")."""
         layout = self.require_local()
         assert self.spec is not None
-        return next(c for c in cluster.host_processes(layout, self.spec.ports) if c.name == name)
+        comps = [*cluster.host_processes(layout, self.spec.ports), *cluster.monitoring(layout)]
+        return next(c for c in comps if c.name == name)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         """Kill a local host process the hard way (no cleanup), as a crash would.
@@ -177,6 +198,7 @@ def env() -> Iterator[Env]:
         str(spec.nodes),
         "--port-offset",
         str(spec.port_offset),
+        env=E2E_RECLAIM_ENV,
     )
     if res.returncode != 0:
         pytest.exit(f"pilotfish dev up failed:\n{res.stderr}", returncode=1)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -53,13 +53,21 @@ def lease_renew_time(env: Env, node: str) -> object:
 
 
 @contextlib.contextmanager
-def fault_zone(env: Env, zone: str, count: int) -> Iterator[list[str]]:
-    """`count` fresh kwok nodes in `zone`, Ready and renewing their leases; deleted (with
-    whatever pods are left on them) afterwards."""
+def fault_zone(
+    env: Env,
+    zone: str,
+    count: int,
+    capacity: dict[str, str] | None = None,
+    taints: Sequence[Mapping[str, str]] = (),
+) -> Iterator[list[str]]:
+    """`count` fresh kwok nodes in `zone` (of `capacity`, with `taints`), Ready and renewing
+    their leases; deleted (with whatever pods are left on them) afterwards."""
     core = k8s.CoreV1Api(env.api)
     created = []
     for i in range(count):
-        body = nodes.fake_node(zone, i)
+        body = nodes.fake_node(zone, i, capacity)
+        if taints:
+            body["spec"]["taints"] = [dict(t) for t in taints]
         name = body["metadata"]["name"]
         try:
             core.create_node(body)

@@ -35,6 +35,8 @@ from pilotfish.operators.gates import GateController
 from pilotfish.operators.maintenance import MaintenanceController
 from pilotfish.operators.nodelifecycle import NodeLifecycleController
 from pilotfish.operators.quota import QuotaController
+from pilotfish.operators.reclaim import ReclaimController
+from pilotfish.operators.schedulinglatency import SchedulingLatencyObserver
 from pilotfish.operators.serviceworkload import ServiceWorkloadController
 
 log = logging.getLogger("pilotfish.operator")
@@ -72,6 +74,8 @@ CONTROLLERS: dict[str, Callable[[Runtime], Controller]] = {
     "serviceworkload": ServiceWorkloadController,
     "gatepolicy": GatePolicyStatusController,
     "batchworkload": BatchWorkloadController,
+    "reclaim": ReclaimController,
+    "schedulinglatency": SchedulingLatencyObserver,
     # On kopf, for the NodeMaintenance objects alone; started only while this process leads.
     "maintenance": MaintenanceController,
 }

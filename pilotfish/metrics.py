@@ -277,3 +277,70 @@ MAINTENANCE_BLOCKED_NODES = Gauge(
     "Draining nodes that have gone blockedAfterSeconds without a pod evicted while a budget, "
     "a surge, local storage or a refused eviction holds them.",
 )
+
+# Reclaim (operators/reclaim): batch capacity on what production reserved but does not use.
+RECLAIM_BATCH_CORES = Gauge(
+    "pilotfish_reclaim_batch_allocatable_cores",
+    "The batch.pilotfish.io/cpu allocatable each node carries, in cores.",
+    ["node"],
+)
+RECLAIM_BATCH_BYTES = Gauge(
+    "pilotfish_reclaim_batch_allocatable_bytes",
+    "The batch.pilotfish.io/memory allocatable each node carries, in bytes.",
+    ["node"],
+)
+RECLAIM_RECLAIMED_CORES = Gauge(
+    "pilotfish_reclaim_reclaimed_cores",
+    "Cores of each node's batch allocatable that production reserved but does not use (p95).",
+    ["node"],
+)
+RECLAIM_RECLAIMED_BYTES = Gauge(
+    "pilotfish_reclaim_reclaimed_bytes",
+    "Bytes of each node's batch allocatable that production reserved but does not use (p95).",
+    ["node"],
+)
+RECLAIM_EVICTIONS = Counter(
+    "pilotfish_reclaim_evictions_total",
+    "Batch pods evicted to give reclaimed capacity back, by result: evicted, refused (429: a "
+    "disruption budget said not now; tried next cycle), gone or error.",
+    ["result"],
+)
+RECLAIM_STALE_NODES = Gauge(
+    "pilotfish_reclaim_stale_nodes",
+    "Nodes whose batch allocatable is decaying toward 0: usage data stale or Prometheus down.",
+)
+RECLAIM_PRODUCTION_OVER_REQUEST = Gauge(
+    "pilotfish_reclaim_production_over_request_pods",
+    "Production pods whose p95 usage exceeds their request, on nodes hosting batch pods.",
+)
+RECLAIM_CYCLE_SECONDS = Histogram(
+    "pilotfish_reclaim_cycle_seconds",
+    "Time of one reclaim cycle: the PromQL queries, every node's figure and evictions.",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
+RECLAIM_PROMETHEUS_ERRORS = Counter(
+    "pilotfish_reclaim_prometheus_errors_total",
+    "Reclaim cycles whose PromQL queries failed (every node's figure then decays).",
+)
+
+# TeamQuotas (operators/quota): what each team's band holds (used + reserved) and its limits.
+QUOTA_HELD = Gauge(
+    "pilotfish_quota_held",
+    "What a team's band holds (used plus reserved), by team, band and resource (cpu in "
+    "cores, memory in bytes, pods, gpus, extended resources in units).",
+    ["team", "band", "resource"],
+)
+QUOTA_LIMIT = Gauge(
+    "pilotfish_quota_limit",
+    "A team's band limit, by team, band and resource (only limited resources).",
+    ["team", "band", "resource"],
+)
+
+# Placement (operators/schedulinglatency): creation to bound, by band.
+SCHEDULING_LATENCY = Histogram(
+    "pilotfish_scheduling_latency_seconds",
+    "Time from a pod's creation to its binding (PodScheduled True), by the band it was "
+    "admitted in (none: outside Pilotfish); includes time held by scheduling gates.",
+    ["band"],
+    buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+)

@@ -17,6 +17,14 @@ ANNOTATION_EPOCH: Final = "pilotfish.io/epoch"
 GATE_PREFIX: Final = "gates.pilotfish.io/"
 BATCH_CPU: Final = "batch.pilotfish.io/cpu"
 BATCH_MEMORY: Final = "batch.pilotfish.io/memory"
+# Reclaim: batch and best-effort pods placed on capacity production reserved but does not
+# use. On a pod: the cpu/memory entries the webhook moved into batch.pilotfish.io/* (JSON).
+# On a Namespace: enabled | disabled, over the cluster default. On a Node: the figures
+# behind its batch allocatable (JSON), and a condition saying whether they are measured.
+ANNOTATION_ORIGINAL_RESOURCES: Final = "batch.pilotfish.io/original-resources"
+LABEL_RECLAIM: Final = "pilotfish.io/reclaim"
+ANNOTATION_RECLAIM: Final = "batch.pilotfish.io/reclaim"
+CONDITION_BATCH_CAPACITY: Final = "BatchCapacity"
 
 BANDS: Final = ("production", "batch", "best-effort")
 PRIORITY_CLASS: Final = {

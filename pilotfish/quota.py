@@ -11,7 +11,7 @@ other extended resource by its own name.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final
@@ -35,18 +35,55 @@ def canonical(name: str) -> str:
     return "gpus" if name == GPU_RESOURCE else name
 
 
-def pod_requests(pod: Mapping[str, Any]) -> Resources:
-    """What a pod asks for: containers summed, init containers as their maximum, plus 1 pod."""
-    spec = pod.get("spec") or {}
+# A batch pod placed on reclaimed capacity asks for it as batch.pilotfish.io/* (the webhook
+# moves its cpu and memory there, `pilotfish.webhooks.reclaim`); it is still charged as the
+# cpu (millicores there) and memory it asked for, so translating it changes no quota.
+_BATCH_AS: Final = {
+    names.BATCH_CPU: ("cpu", Fraction(1, 1000)),
+    names.BATCH_MEMORY: ("memory", Fraction(1)),
+}
+
+
+def _charged(name: str, value: Any) -> tuple[str, Fraction]:
+    """A request as the canonical resource it is charged as, and the amount."""
+    as_plain = _BATCH_AS.get(name)
+    if as_plain is not None:
+        return as_plain[0], parse_quantity(value) * as_plain[1]
+    return canonical(name), parse_quantity(value)
+
+
+def raw(name: str, value: Any) -> tuple[str, Fraction]:
+    """A request under its own resource name (what the scheduler counts)."""
+    return name, parse_quantity(value)
+
+
+def summed_requests(
+    spec: Mapping[str, Any], charge: Callable[[str, Any], tuple[str, Fraction]] = raw
+) -> Resources:
+    """A pod spec's requests as the scheduler sums them: containers summed, init containers
+    as their maximum, plus overhead; each entry named and valued by `charge`."""
     total: Resources = {}
     for c in spec.get("containers") or []:
         for k, v in ((c.get("resources") or {}).get("requests") or {}).items():
-            total[canonical(k)] = total.get(canonical(k), Fraction(0)) + parse_quantity(v)
+            name, value = charge(k, v)
+            total[name] = total.get(name, Fraction(0)) + value
     for c in spec.get("initContainers") or []:
+        each: Resources = {}
         for k, v in ((c.get("resources") or {}).get("requests") or {}).items():
-            total[canonical(k)] = max(total.get(canonical(k), Fraction(0)), parse_quantity(v))
+            name, value = charge(k, v)
+            each[name] = each.get(name, Fraction(0)) + value
+        for k, v in each.items():
+            total[k] = max(total.get(k, Fraction(0)), v)
     for k, v in (spec.get("overhead") or {}).items():
-        total[canonical(k)] = total.get(canonical(k), Fraction(0)) + parse_quantity(v)
+        name, value = charge(k, v)
+        total[name] = total.get(name, Fraction(0)) + value
+    return total
+
+
+def pod_requests(pod: Mapping[str, Any]) -> Resources:
+    """What a pod asks for: containers summed, init containers as their maximum, plus 1 pod
+    (`batch.pilotfish.io/cpu` and `/memory` counted as the cpu and memory they stand for)."""
+    total = summed_requests(pod.get("spec") or {}, _charged)
     total["pods"] = Fraction(1)
     return total
 

@@ -11,10 +11,13 @@ Filter: only what kube-scheduler's own plugins do not check, or check without sa
   node's hardware);
 - GPUs: `nvidia.com/gpu` requested vs free on the node; unresolvable when the node has fewer
   GPUs than asked even empty;
-- batch capacity: a batch or best-effort pod's CPU and memory vs what the node still offers
-  as `batch.pilotfish.io/cpu` (millicores) and `batch.pilotfish.io/memory` (bytes), when the
-  node advertises them (no reclaim on a node: no check). A pod that requests the batch
-  resource itself is left to the scheduler's own resource fit, which already counts it.
+- batch capacity: a batch or best-effort pod's CPU and memory (its `batch.pilotfish.io/*`
+  requests when the webhook translated it, else its plain ones) vs what the node still
+  offers as `batch.pilotfish.io/cpu` (millicores) and `batch.pilotfish.io/memory` (bytes)
+  after every other non-production pod bound there (translated or not; production never
+  counts), when the node advertises them (no reclaim on a node: no check). kube-scheduler's
+  own fit counts only the translated pods' requests, so this also holds back a translated
+  pod where untranslated batch pods already use the batch figure.
 Nodes the snapshot does not know yet pass: the scheduler's own filters still apply to them,
 and a lagging snapshot must not make a new node unusable.
 
@@ -42,7 +45,8 @@ Prioritize (scores 0..10, clamped by the wire encoder, multiplied by the extende
   same workload (`pilotfish.io/workload`, else the pod's controller) in the node's zone, then
   on the node, then the fuller node;
 - batch and best-effort: pack, the node most allocated (mean of CPU and memory fractions
-  with the pod added) first.
+  with the pod added) first; a pod translated onto `batch.pilotfish.io/*` by the fractions
+  of the node's batch allocatable its batch pods take.
 Exactly one node (the best by those keys, ties by name) gets 10 and every other node at most
 9. That single clear winner keeps kube-scheduler's own scores (LeastAllocated spreads, the
 opposite of packing) from undoing the preference, and it is what lets the snapshot assume
@@ -113,7 +117,12 @@ class Incoming:
     cpu: int
     memory: int
     gpu: int
-    # True when the pod itself requests batch.pilotfish.io/*: the scheduler counts it then.
+    # What the pod takes from a node's batch allocatable (as `snapshot.PodInfo` counts it):
+    # its batch.pilotfish.io/* request, else its plain request when it is not production.
+    batch_cpu: int
+    batch_memory: int
+    # True when the pod itself requests batch.pilotfish.io/* (the webhook translated it):
+    # it is packed by the batch figure, the only capacity it can take.
     asks_batch_cpu: bool
     asks_batch_memory: bool
 
@@ -124,14 +133,18 @@ class Incoming:
 
 def incoming(pod: Mapping[str, Any]) -> Incoming:
     requests = resources.pod_requests(pod.get("spec") or {})
+    band = resources.band(pod)
+    plain = band != PRODUCTION
     return Incoming(
         uid=str((pod.get("metadata") or {}).get("uid") or ""),
-        band=resources.band(pod),
+        band=band,
         workload=resources.workload(pod),
         machine_class=resources.machine_class(pod),
         cpu=requests.get(CPU, 0),
         memory=requests.get(MEMORY, 0),
         gpu=requests.get(GPU, 0),
+        batch_cpu=requests.get(names.BATCH_CPU) or (requests.get(CPU, 0) if plain else 0),
+        batch_memory=requests.get(names.BATCH_MEMORY) or (requests.get(MEMORY, 0) if plain else 0),
         asks_batch_cpu=names.BATCH_CPU in requests,
         asks_batch_memory=names.BATCH_MEMORY in requests,
     )
@@ -155,20 +168,15 @@ class FilterResult:
 
 
 def _check_batch(pod: Incoming, state: NodeState) -> Failure | None:
-    if (
-        state.batch_cpu is not None
-        and not pod.asks_batch_cpu
-        and state.batch_cpu - state.used_batch_cpu < pod.cpu
-    ):
+    if state.batch_cpu is not None and state.batch_cpu - state.used_batch_cpu < pod.batch_cpu:
         free = max(state.batch_cpu - state.used_batch_cpu, 0)
-        return Failure(BATCH_CPU, state, free, state.batch_cpu < pod.cpu)
+        return Failure(BATCH_CPU, state, free, state.batch_cpu < pod.batch_cpu)
     if (
         state.batch_memory is not None
-        and not pod.asks_batch_memory
-        and state.batch_memory - state.used_batch_memory < pod.memory
+        and state.batch_memory - state.used_batch_memory < pod.batch_memory
     ):
         free = max(state.batch_memory - state.used_batch_memory, 0)
-        return Failure(BATCH_MEMORY, state, free, state.batch_memory < pod.memory)
+        return Failure(BATCH_MEMORY, state, free, state.batch_memory < pod.batch_memory)
     return None
 
 
@@ -180,12 +188,7 @@ def filter_nodes(pod: Incoming, snap: Snapshot, node_names: Sequence[str]) -> Fi
     """
     gpu = pod.gpu > 0
     batch = (
-        not pod.production
-        and snap.batch_nodes > 0
-        and (
-            (pod.cpu > 0 and not pod.asks_batch_cpu)
-            or (pod.memory > 0 and not pod.asks_batch_memory)
-        )
+        not pod.production and snap.batch_nodes > 0 and (pod.batch_cpu > 0 or pod.batch_memory > 0)
     )
     if pod.machine_class is None and not gpu and not batch:
         return FilterResult(node_names)
@@ -235,6 +238,8 @@ class Scores:
 def score_nodes(pod: Incoming, snap: Snapshot, node_names: Sequence[str]) -> Scores:
     if pod.production:
         return _spread(pod, snap, node_names)
+    if pod.asks_batch_cpu or pod.asks_batch_memory:
+        return _pack_batch(pod, snap, node_names)
     return _pack(pod, snap, node_names)
 
 
@@ -301,6 +306,35 @@ def _pack(pod: Incoming, snap: Snapshot, node_names: Sequence[str]) -> Scores:
             continue
         # NodeState.fullness, inlined: this loop runs once per candidate per call.
         full = ((s.score_cpu + cpu) * s.inv_cpu + (s.score_memory + memory) * s.inv_memory) * 0.5
+        full = min(full, 1.0)
+        scores.append(int(full * _RUNNER_UP))
+        if full > best_full or (full == best_full and name < best_name):
+            best, best_full, best_name = i, full, name
+    if best < 0:
+        return Scores(scores, None)
+    scores[best] = MAX_EXTENDER_PRIORITY
+    return Scores(scores, node_names[best])
+
+
+def _pack_batch(pod: Incoming, snap: Snapshot, node_names: Sequence[str]) -> Scores:
+    """`_pack` for a pod on reclaimed capacity: by the fraction of the node's batch
+    allocatable taken (batch pods bound and assumed, plus this one). Its plain cpu and
+    memory are zero, and the node's plain figures count production, which it never uses."""
+    nodes = snap.nodes
+    cpu, memory = pod.batch_cpu, pod.batch_memory
+    scores: list[int] = []
+    best = -1
+    best_full = -1.0
+    best_name = ""
+    for i, name in enumerate(node_names):
+        s = nodes.get(name)
+        if s is None or not s.present:
+            scores.append(0)
+            continue
+        full = (
+            (s.score_batch_cpu + cpu) * s.inv_batch_cpu
+            + (s.score_batch_memory + memory) * s.inv_batch_memory
+        ) * 0.5
         full = min(full, 1.0)
         scores.append(int(full * _RUNNER_UP))
         if full > best_full or (full == best_full and name < best_name):

@@ -68,9 +68,10 @@ def node_reason(pod: Incoming, failure: Failure) -> str:
         return f"{where} has {failure.have} free GPUs, pod asks {pod.gpu}"
     if failure.cause == BATCH_CPU:
         have = fmt_cpu(int(failure.have))
-        return f"{where} has {have} {names.BATCH_CPU} free, pod asks {fmt_cpu(pod.cpu)} CPU"
+        return f"{where} has {have} {names.BATCH_CPU} free, pod asks {fmt_cpu(pod.batch_cpu)} CPU"
     have = fmt_bytes(int(failure.have))
-    return f"{where} has {have} {names.BATCH_MEMORY} free, pod asks {fmt_bytes(pod.memory)}"
+    asks = fmt_bytes(pod.batch_memory)
+    return f"{where} has {have} {names.BATCH_MEMORY} free, pod asks {asks}"
 
 
 def _count(n: int, singular: str, plural: str, what: str) -> str:
@@ -121,8 +122,8 @@ def _need(pod: Incoming, cause: str) -> str:
     if cause == GPUS:
         return f"has {pod.gpu} free GPUs ({GPU})"
     if cause == BATCH_CPU:
-        return f"has {fmt_cpu(pod.cpu)} CPU free in {names.BATCH_CPU}"
-    return f"has {fmt_bytes(pod.memory)} free in {names.BATCH_MEMORY}"
+        return f"has {fmt_cpu(pod.batch_cpu)} CPU free in {names.BATCH_CPU}"
+    return f"has {fmt_bytes(pod.batch_memory)} free in {names.BATCH_MEMORY}"
 
 
 def _zone_list(zones: Sequence[str]) -> str:

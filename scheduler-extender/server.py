@@ -116,7 +116,16 @@ class Extender:
         snap.forget(pod.uid)
         scores = decide.score_nodes(pod, snap, args.node_names)
         if scores.best is not None:
-            snap.assume(pod.uid, scores.best, pod.workload, pod.cpu, pod.memory, now)
+            snap.assume(
+                pod.uid,
+                scores.best,
+                pod.workload,
+                pod.cpu,
+                pod.memory,
+                now,
+                batch_cpu=pod.batch_cpu,
+                batch_memory=pod.batch_memory,
+            )
         return wire.encode_host_priorities(args.node_names, scores.scores)
 
     def preempt(self, body: Any) -> bytes:

@@ -125,9 +125,11 @@ class NodeState:
     # None when the node does not advertise batch.pilotfish.io/* (no reclaim on it yet).
     batch_cpu: int | None = None
     batch_memory: int | None = None
-    # Reciprocals of allocatable, so a fullness score is two multiplications.
+    # Reciprocals of allocatable (plain and batch), so a fullness score is two multiplications.
     inv_cpu: float = 0.0
     inv_memory: float = 0.0
+    inv_batch_cpu: float = 0.0
+    inv_batch_memory: float = 0.0
     # Sums over bound pods: what filters compare against.
     used_cpu: int = 0
     used_memory: int = 0
@@ -137,6 +139,8 @@ class NodeState:
     # Bound plus assumed: what scores read.
     score_cpu: int = 0
     score_memory: int = 0
+    score_batch_cpu: int = 0
+    score_batch_memory: int = 0
     pods: dict[str, PodInfo] = field(default_factory=dict)  # by UID
 
     @property
@@ -160,6 +164,8 @@ class Assumed:
     cpu: int
     memory: int
     expires: float
+    batch_cpu: int = 0
+    batch_memory: int = 0
 
 
 def _set_node(state: NodeState, node: Obj) -> None:
@@ -177,6 +183,8 @@ def _set_node(state: NodeState, node: Obj) -> None:
     state.batch_memory = alloc.get(names.BATCH_MEMORY)
     state.inv_cpu = 1.0 / state.alloc_cpu if state.alloc_cpu > 0 else 0.0
     state.inv_memory = 1.0 / state.alloc_memory if state.alloc_memory > 0 else 0.0
+    state.inv_batch_cpu = 1.0 / state.batch_cpu if state.batch_cpu else 0.0
+    state.inv_batch_memory = 1.0 / state.batch_memory if state.batch_memory else 0.0
 
 
 class Snapshot:
@@ -256,6 +264,8 @@ class Snapshot:
         state.used_batch_memory += info.batch_memory
         state.score_cpu += info.cpu
         state.score_memory += info.memory
+        state.score_batch_cpu += info.batch_cpu
+        state.score_batch_memory += info.batch_memory
         if info.workload is not None:
             self._count(info.workload, info.node, 1)
 
@@ -272,6 +282,8 @@ class Snapshot:
             state.used_batch_memory -= info.batch_memory
             state.score_cpu -= info.cpu
             state.score_memory -= info.memory
+            state.score_batch_cpu -= info.batch_cpu
+            state.score_batch_memory -= info.batch_memory
             if not state.pods and not state.present:
                 del self.nodes[info.node]
         if info.workload is not None:
@@ -300,6 +312,9 @@ class Snapshot:
         memory: int,
         now: float,
         ttl: float = ASSUME_TTL_SECONDS,
+        *,
+        batch_cpu: int = 0,
+        batch_memory: int = 0,
     ) -> None:
         """Count a pod on `node` for scoring until the watch reports where it really went.
 
@@ -311,9 +326,13 @@ class Snapshot:
         state = self.nodes.get(node)
         if state is None or not state.present:
             return
-        self.assumed[uid] = Assumed(uid, node, workload, cpu, memory, now + ttl)
+        self.assumed[uid] = Assumed(
+            uid, node, workload, cpu, memory, now + ttl, batch_cpu, batch_memory
+        )
         state.score_cpu += cpu
         state.score_memory += memory
+        state.score_batch_cpu += batch_cpu
+        state.score_batch_memory += batch_memory
         if workload is not None:
             self._count(workload, node, 1)
         metrics.EXTENDER_ASSUMED_PODS.set(len(self.assumed))
@@ -326,6 +345,8 @@ class Snapshot:
         if state is not None:
             state.score_cpu -= assumed.cpu
             state.score_memory -= assumed.memory
+            state.score_batch_cpu -= assumed.batch_cpu
+            state.score_batch_memory -= assumed.batch_memory
         if assumed.workload is not None:
             self._count(assumed.workload, assumed.node, -1)
         metrics.EXTENDER_ASSUMED_PODS.set(len(self.assumed))
@@ -371,6 +392,10 @@ class Snapshot:
                 "used_batch_memory": sum(p.batch_memory for p in pods),
                 "score_cpu": sum(p.cpu for p in pods) + sum(a.cpu for a in assumed),
                 "score_memory": sum(p.memory for p in pods) + sum(a.memory for a in assumed),
+                "score_batch_cpu": sum(p.batch_cpu for p in pods)
+                + sum(a.batch_cpu for a in assumed),
+                "score_batch_memory": sum(p.batch_memory for p in pods)
+                + sum(a.batch_memory for a in assumed),
             }
             for attr, value in want.items():
                 if getattr(state, attr) != value:

@@ -7,7 +7,8 @@ HTTP server is replaced, and it keeps the API server's rules that Pilotfish reli
 - optimistic concurrency: a body or merge/strategic patch carrying `metadata.resourceVersion`,
   a JSON patch `test` op, or delete preconditions (uid, resourceVersion) that no longer hold
   answer 409 (422 for a failed `test`), and nothing is written;
-- subresources: a write to `/status` changes only status, a write to the object never does;
+- subresources: a write to `/status` changes only status (a node's metadata too, as the
+  API server's node status strategy allows), a write to the object never does;
   `metadata.generation` grows when anything but metadata and status changes;
 - merge (RFC 7386), strategic merge (lists of named items merged by name or type, `$patch:
   delete`), and JSON patch (add, replace, remove, test);
@@ -496,6 +497,8 @@ class FakeApi(Rest):
         if ref.sub == "status":
             merged = copy.deepcopy(current)
             merged["status"] = new.get("status") or {}
+            if ref.plural == "nodes":  # the node status strategy resets only spec
+                merged["metadata"] = {**new.get("metadata", {})}
         else:
             merged = {k: v for k, v in new.items() if k != "status"}
             if "status" in current:

@@ -1,4 +1,4 @@
-"""The chart's PrometheusRules, checked without Prometheus (no promtool here).
+"""The chart's PrometheusRules, checked from the rendered objects (promtool: test_prometheus_rules).
 
 What a broken rule file usually gets wrong, checked from the rendered objects: a metric name
 that Pilotfish does not export (the alert can then never fire), an annotation quoting a
@@ -29,6 +29,16 @@ MACHINE_ALERTS = {
 
 MAINTENANCE_ALERTS = {
     "PilotfishDrainBlocked": ("pilotfish_maintenance_blocked_nodes", "> 0", None),
+}
+
+RECLAIM_ALERTS = {
+    "PilotfishReclaimStale": ("pilotfish_reclaim_stale_nodes", "> 0", "5m"),
+    "PilotfishReclaimEvicting": ("pilotfish_reclaim_evictions_total", "> 0", "30m"),
+    "PilotfishProductionOverRequest": (
+        "pilotfish_reclaim_production_over_request_pods",
+        "> 0",
+        "10m",
+    ),
 }
 
 GATE_ALERTS = ("PilotfishGateOverdue", "PilotfishGatesStalled", "PilotfishGateControllerDown")
@@ -80,10 +90,12 @@ def test_the_machine_failure_alerts() -> None:
         "pilotfish-gates",
         "pilotfish-machines",
         "pilotfish-maintenance",
+        "pilotfish-reclaim",
     ]
     got = alerts(docs)
-    assert set(got) == {*MACHINE_ALERTS, *MAINTENANCE_ALERTS, *GATE_ALERTS}
-    for name, (metric, comparison, wait) in {**MACHINE_ALERTS, **MAINTENANCE_ALERTS}.items():
+    assert set(got) == {*MACHINE_ALERTS, *MAINTENANCE_ALERTS, *RECLAIM_ALERTS, *GATE_ALERTS}
+    checked = {**MACHINE_ALERTS, **MAINTENANCE_ALERTS, **RECLAIM_ALERTS}
+    for name, (metric, comparison, wait) in checked.items():
         rule = got[name]
         assert metric in rule["expr"] and rule["expr"].strip().endswith(comparison)
         assert rule.get("for") == wait
@@ -102,7 +114,9 @@ def test_alert_labels_and_rule_labels_reach_every_alert() -> None:
 
 
 @needs_helm
-@pytest.mark.parametrize("name", [*sorted(MACHINE_ALERTS), *MAINTENANCE_ALERTS, *GATE_ALERTS])
+@pytest.mark.parametrize(
+    "name", [*sorted(MACHINE_ALERTS), *MAINTENANCE_ALERTS, *sorted(RECLAIM_ALERTS), *GATE_ALERTS]
+)
 def test_every_rule_is_well_formed(name: str) -> None:
     rule = alerts(render(*ENABLED, *CAPABLE))[name]
     expr = rule["expr"]

@@ -94,7 +94,7 @@ def test_controller_names_are_this_kube_controller_managers() -> None:
 @pytest.mark.parametrize("mode", ["pilotfish", "upstream"])
 def test_the_operator_is_told_the_mode(tmp_path: Path, mode: str) -> None:
     operator = _operator(Layout(tmp_path), mode)
-    assert dict(operator.env) == {"PILOTFISH_NODE_LIFECYCLE": mode}
+    assert dict(operator.env)["PILOTFISH_NODE_LIFECYCLE"] == mode
     others = [c for c in host_processes(Layout(tmp_path), Ports(), mode) if c.name != operator.name]
     assert others and all(not c.env for c in others)
 
@@ -199,14 +199,14 @@ def test_switch_restarts_the_controller_manager_and_the_operator(
     started = [c for verb, c in recorder.calls if isinstance(c, Component)]
     assert _flags(started[0])["controllers"] == "*"
     assert str(spec.ports.controller_manager) in _flags(started[0])["secure-port"]
-    assert dict(started[1].env) == {"PILOTFISH_NODE_LIFECYCLE": "upstream"}
+    assert dict(started[1].env)["PILOTFISH_NODE_LIFECYCLE"] == "upstream"
 
     recorder.calls.clear()
     back = cluster.switch_node_lifecycle(layout, spec.ports, "pilotfish")
     assert back.node_lifecycle == "pilotfish"
     started = [c for verb, c in recorder.calls if isinstance(c, Component)]
     assert set(OFF) <= set(_flags(started[0])["controllers"].split(","))
-    assert dict(started[1].env) == {"PILOTFISH_NODE_LIFECYCLE": "pilotfish"}
+    assert dict(started[1].env)["PILOTFISH_NODE_LIFECYCLE"] == "pilotfish"
 
 
 def test_switch_of_a_bare_cluster_restarts_only_the_controller_manager(
@@ -245,6 +245,7 @@ def quiet_up(monkeypatch: pytest.MonkeyPatch, recorder: _Recorder) -> _Recorder:
     monkeypatch.setattr(cluster, "wait_for", lambda *a, **k: True)
     monkeypatch.setattr(cluster, "_ensure_nodes", lambda api, count: None)
     monkeypatch.setattr(cluster, "install_pilotfish", lambda layout, spec, bins: None)
+    monkeypatch.setattr(cluster, "start_usage_pipeline", lambda layout, spec, bins, api: None)
     return recorder
 
 
@@ -257,7 +258,7 @@ def test_up_in_another_mode_restarts_what_already_ran(tmp_path: Path, quiet_up: 
     assert stops == ["kube-controller-manager", "pilotfish-operator"]
     restarted = [c for verb, c in quiet_up.calls if isinstance(c, Component)][-2:]
     assert _flags(restarted[0])["controllers"] == "*"
-    assert dict(restarted[1].env) == {"PILOTFISH_NODE_LIFECYCLE": "upstream"}
+    assert dict(restarted[1].env)["PILOTFISH_NODE_LIFECYCLE"] == "upstream"
     quiet_up.calls.clear()
     cluster.up(tmp_path)  # a later `up` keeps the saved mode
     assert [x for verb, x in quiet_up.calls if verb == "stop"] == []

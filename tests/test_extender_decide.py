@@ -106,13 +106,16 @@ def test_plain_pods_pass_untouched_without_looking_at_nodes() -> None:
             id="production-ignores-batch-capacity",
         ),
         pytest.param(
-            [node("n1", batch_cpu=1000)],
-            [],
-            incoming(pod("t", cpu="8", band="batch", requests={names.BATCH_CPU: "8000"})),
-            ["n1"],
-            {},
-            {},
-            id="explicit-batch-request-is-the-schedulers-to-check",
+            [node("n1", batch_cpu=4000), node("n2", batch_cpu=4000), node("n3", batch_cpu=1000)],
+            [
+                pod("old", node="n1", cpu="3", band="batch"),  # untranslated, on batch capacity
+                pod("web", node="n2", cpu="20", band="production"),  # never counted
+            ],
+            incoming(pod("t", cpu=None, band="batch", requests={names.BATCH_CPU: "2000"})),
+            ["n2"],
+            {"n1": "node n1 in zone-a has 1 batch.pilotfish.io/cpu free, pod asks 2 CPU"},
+            {"n3": "node n3 in zone-a has 1 batch.pilotfish.io/cpu free, pod asks 2 CPU"},
+            id="translated-pod-fits-batch-allocatable-minus-other-batch-pods",
         ),
     ],
 )

@@ -36,6 +36,7 @@ from pilotfish.ledger import Ledger
 from pilotfish.names import BANDS
 from pilotfish.operators.quota.apply import CONTROLLER, apply
 from pilotfish.operators.quota.decide import decide, next_expiry
+from pilotfish.operators.quota.exported import QuotaMetrics
 from pilotfish.operators.quota.model import ChargeIndex, team_of_namespace, team_of_quota
 
 WORKERS: Final = 2
@@ -78,6 +79,7 @@ class QuotaController:
         self.writes = OwnWrites(CONTROLLER, rt.clock, on_settled=self.queue.add)
         self.writes.watch(self.quotas)
         self.charges = ChargeIndex()
+        self.exported = QuotaMetrics()
         # TeamQuota name -> reservation uid -> monotonic time this controller first saw it.
         self.first_seen: dict[str, dict[str, float]] = {}
         self.quotas.add_handler(self._on_quota)
@@ -133,10 +135,12 @@ class QuotaController:
         if tq is None:
             self.first_seen.pop(name, None)
             self.last_write.pop(name, None)
+            self.exported.forget(name)
             return DONE
         charges = list(self.charges.charges(self._namespaces_of(team_of_quota(tq))))
         ages = self._ages(name, tq)
         plan = decide(tq, charges, ages)
+        self.exported.export(name, tq if plan is None else {**tq, "status": plan.status})
         if plan is not None:
             now = self.rt.clock.monotonic()
             since = now - self.last_write.get(name, now - self.min_write_interval)

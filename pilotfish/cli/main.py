@@ -71,10 +71,11 @@ def _extender(args: argparse.Namespace) -> int:
 
 
 def _webhooks(args: argparse.Namespace) -> int:
-    from pilotfish.webhooks import server, tolerations
+    from pilotfish.webhooks import reclaim, server, tolerations
 
     try:
         eviction_wait = tolerations.eviction_wait_from_env()
+        reclaim_default = reclaim.default_from_env()
     except ValueError as e:
         print(f"pilotfish webhooks: {e}", file=sys.stderr)
         return 2
@@ -90,6 +91,7 @@ def _webhooks(args: argparse.Namespace) -> int:
             client_ca=args.client_ca,
             health_port=args.health_port,
             eviction_wait=eviction_wait,
+            reclaim_default=reclaim_default,
         )
     )
     return 0

@@ -1,6 +1,7 @@
 """`kubectl pilotfish why POD`: why a pod is not running yet, in plain sentences (a batch
 task also says which task it is and what it waits on first; `why bw/NAME` explains a whole
-BatchWorkload: `whybatch`; a pod on a lost node, and an at-most-one pod: `whylost`).
+BatchWorkload: `whybatch`; a pod on a lost node, and an at-most-one pod: `whylost`; a batch
+pod waiting for reclaimed capacity: `whyreclaim`).
 
 The seeds' pitfall: calling SchedulingGated a scheduling failure. A gated pod was never tried
 by the scheduler; an unschedulable one was tried and refused; a bound pod that does not run
@@ -26,6 +27,7 @@ from pilotfish.cli.whybatch import parse_target, run_batch, task_layer
 from pilotfish.cli.whylost import lost_layer
 from pilotfish.cli.whymaintenance import maintenance_name, run_maintenance
 from pilotfish.cli.whyquota import quota_layer
+from pilotfish.cli.whyreclaim import reclaim_layer
 from pilotfish.kube.rest import PODS, ApiError, Resource, Rest
 from pilotfish.timeutil import SYSTEM_CLOCK, Clock
 from pilotfish.timeutil import parse_time_or_none as _time
@@ -378,6 +380,7 @@ async def run(
         events = []
     now = clock.now()
     lines = [*await task_layer(rest, pod, err), *explain(pod, events, now)]
+    lines += await reclaim_layer(rest, pod, events, err)
     for line in [*lines, *await lost_layer(rest, pod, now, err)]:
         print(line, file=out)
     sentence = await quota_layer(rest, pod, namespace, err)

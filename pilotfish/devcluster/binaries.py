@@ -19,6 +19,9 @@ REQUIRED = (
     "kube-scheduler",
     "kubectl",
     "kwok",
+    # The usage store the reclaim controller queries, and its rule checker.
+    "prometheus",
+    "promtool",
 )
 
 
@@ -41,8 +44,7 @@ def bin_dir(build: bool = False) -> Path:
         root = checkout_root()
         if root is None:
             raise MissingBinaries(
-                "set PILOTFISH_BIN_DIR to a directory with etcd, kube-apiserver, "
-                "kube-controller-manager, kube-scheduler, kubectl and kwok"
+                "set PILOTFISH_BIN_DIR to a directory with " + ", ".join(REQUIRED)
             )
         script = root / "devcluster" / "build.sh"
         args = [str(script)] if build else [str(script), "--print"]
@@ -55,7 +57,14 @@ def bin_dir(build: bool = False) -> Path:
         found = Path(res.stdout.strip().splitlines()[-1])
     missing = [b for b in REQUIRED if not os.access(found / b, os.X_OK)]
     if missing:
-        raise MissingBinaries(f"{found}: missing {', '.join(missing)}")
+        raise MissingBinaries(
+            f"{found}: missing {', '.join(missing)}; "
+            + (
+                f"run `{root / 'devcluster' / 'build.sh'}` (or `make binaries`)"
+                if (root := checkout_root()) is not None
+                else "build them from the checkout's devcluster/ (`make binaries`)"
+            )
+        )
     return found
 
 
@@ -63,6 +72,16 @@ def kwok_stage_dir(bins: Path) -> Path:
     """The kwok stage documents shipped beside the binaries by the build."""
     env = os.environ.get("PILOTFISH_KWOK_STAGES")
     return Path(env) if env else bins.parent / "kwok-stage"
+
+
+def kwok_crd_dir(bins: Path) -> Path:
+    """kwok's CRDs (Metric, ClusterResourceUsage, ...), shipped beside the binaries."""
+    return bins.parent / "kwok-crd"
+
+
+def kwok_metrics_dir(bins: Path) -> Path:
+    """kwok's kubelet-style metrics and usage documents, shipped beside the binaries."""
+    return bins.parent / "kwok-metrics"
 
 
 def helm(bins: Path) -> Path:

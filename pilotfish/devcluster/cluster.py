@@ -16,13 +16,12 @@ import logging
 import os
 import shlex
 import shutil
-import socket
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,155 +31,51 @@ if TYPE_CHECKING:
     from kubernetes import client as k8s
 
 from pilotfish import names
-from pilotfish.devcluster import binaries, components, nodes, pki, supervisor
+from pilotfish.devcluster import (
+    binaries,
+    components,
+    kwokusage,
+    nodes,
+    pki,
+    prometheus,
+    supervisor,
+)
 from pilotfish.devcluster import kubeconfig as kcfg
-from pilotfish.devcluster.components import Component, Health, Layout, Ports
+from pilotfish.devcluster.components import Layout, Ports
+from pilotfish.devcluster.hostprocs import HOST_PROCESSES, host_processes, monitoring
+from pilotfish.devcluster.spec import DEFAULT_NODES, ClusterSpec, default_state_dir, load_spec
+
+# The spec and host-process names are re-exported: callers know a local cluster by this module.
+__all__ = [
+    "DEFAULT_NODES",
+    "HOST_PROCESSES",
+    "RELEASE",
+    "TOKEN_SECONDS",
+    "ClusterSpec",
+    "api_client",
+    "chart_dir",
+    "default_state_dir",
+    "down",
+    "env_lines",
+    "host_processes",
+    "install_pilotfish",
+    "load_spec",
+    "local_values",
+    "monitoring",
+    "ready_nodes",
+    "resolve_spec",
+    "running_cluster",
+    "start_usage_pipeline",
+    "status",
+    "switch_node_lifecycle",
+    "up",
+    "wait_for",
+]
 
 log = logging.getLogger("pilotfish.dev")
 
-DEFAULT_NODES = 12
 TOKEN_SECONDS = 7 * 24 * 3600
-HOST_PROCESSES = ("pilotfish-extender", "pilotfish-webhooks", "pilotfish-operator")
 RELEASE = "pilotfish"
-
-
-def default_state_dir() -> Path:
-    env = os.environ.get("PILOTFISH_STATE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "pilotfish" / "dev"
-
-
-@dataclass(frozen=True)
-class ClusterSpec:
-    """What `up` was asked for; saved so `status`, `down` and later `up`s agree."""
-
-    nodes: int = DEFAULT_NODES
-    port_offset: int = 0
-    pilotfish: bool = True
-    # Who notices a silent machine: "pilotfish" or "upstream" (`components.CONTROLLERS`).
-    node_lifecycle: str = components.NODE_LIFECYCLE_PILOTFISH
-
-    def __post_init__(self) -> None:
-        components.check_node_lifecycle(self.node_lifecycle)
-
-    @property
-    def ports(self) -> Ports:
-        return Ports().shifted(self.port_offset)
-
-
-def load_spec(layout: Layout) -> ClusterSpec | None:
-    try:
-        data = json.loads(layout.cluster_file.read_text())
-    except (OSError, ValueError):
-        return None
-    fields = {f.name for f in dataclasses.fields(ClusterSpec)}
-    return ClusterSpec(**{k: v for k, v in data.items() if k in fields})
-
-
-def _probe(url: str, pk: pki.Pki) -> Health:
-    """Health of a host process that requires client certificates: present the probe's."""
-    return Health(
-        url, ca=pk.ca_cert, client_cert=pk.cert("local-probe"), client_key=pk.key("local-probe")
-    )
-
-
-def operator_env(node_lifecycle: str) -> tuple[tuple[str, str], ...]:
-    """The operator's mode, always said out loud: a PILOTFISH_NODE_LIFECYCLE left in the shell
-    that ran `up` must not make the operator disagree with kube-controller-manager."""
-    return (("PILOTFISH_NODE_LIFECYCLE", components.check_node_lifecycle(node_lifecycle)),)
-
-
-def host_processes(layout: Layout, p: Ports, node_lifecycle: str | None = None) -> list[Component]:
-    """Pilotfish's own parts as host processes, each with its chart ServiceAccount's token,
-    each under `pilotfish dev supervise` so that it is restarted whenever it exits, and each
-    listening on loopback only. `node_lifecycle` None: the mode saved in the state directory,
-    so whoever restarts the operator (a test, a benchmark) keeps the cluster's mode."""
-    if node_lifecycle is None:
-        saved = load_spec(layout)
-        node_lifecycle = saved.node_lifecycle if saved else components.NODE_LIFECYCLE_PILOTFISH
-    py = sys.executable
-    pk = layout.pki
-    parts = [
-        Component(
-            "pilotfish-extender",
-            (
-                py,
-                "-m",
-                "pilotfish.cli.main",
-                "extender",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(p.extender),
-                "--kubeconfig",
-                str(layout.kubeconfig("extender")),
-                "--cert",
-                str(pk.cert("extender")),
-                "--key",
-                str(pk.key("extender")),
-                "--client-ca",
-                str(pk.ca_cert),
-            ),
-            _probe(f"https://127.0.0.1:{p.extender}/healthz", pk),
-            p.extender,
-        ),
-        Component(
-            "pilotfish-webhooks",
-            (
-                py,
-                "-m",
-                "pilotfish.cli.main",
-                "webhooks",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(p.webhooks),
-                "--cert",
-                str(pk.cert("webhooks")),
-                "--key",
-                str(pk.key("webhooks")),
-                "--client-ca",
-                str(pk.ca_cert),
-                "--kubeconfig",
-                str(layout.kubeconfig("webhooks")),
-                "--scheduler-name",
-                names.SCHEDULER_NAME,
-            ),
-            _probe(f"https://127.0.0.1:{p.webhooks}/healthz", pk),
-            p.webhooks,
-        ),
-        Component(
-            "pilotfish-operator",
-            (
-                py,
-                "-m",
-                "pilotfish.cli.main",
-                "operator",
-                "--metrics-host",
-                "127.0.0.1",
-                "--metrics-port",
-                str(p.operator_metrics),
-                # Stable across restarts: a restarted operator resumes its own lease.
-                "--identity",
-                f"{socket.gethostname()}-local",
-                "--kubeconfig",
-                str(layout.kubeconfig("operator")),
-                "--audit-log",
-                str(layout.logs / "gates-audit.jsonl"),
-                # Batch writes as the chart's pilotfish-batch (API Priority and Fairness).
-                "--batch-account",
-                names.SA_BATCH,
-            ),
-            Health(f"http://127.0.0.1:{p.operator_metrics}/healthz"),
-            p.operator_metrics,
-            env=operator_env(node_lifecycle),
-        ),
-    ]
-    return [
-        dataclasses.replace(c, argv=supervisor.supervised(layout, c.name, c.argv)) for c in parts
-    ]
 
 
 # The synchronous client is imported where it is used: every Pilotfish process starts
@@ -225,6 +120,7 @@ def _write_configs(layout: Layout, spec: ClusterSpec, bins: Path) -> None:
     (layout.config / "kwok.yaml").write_text(
         yaml.safe_dump_all(components.kwok_config(binaries.kwok_stage_dir(bins), p))
     )
+    prometheus.write_config(layout, p, spec.settings)
     (layout.config / "audit-policy.yaml").write_text(yaml.safe_dump(components.AUDIT_POLICY))
     layout.admission_config.write_text(yaml.safe_dump(components.admission_config(layout)))
     layout.webhook_kubeconfig.write_text(yaml.safe_dump(components.webhook_kubeconfig(layout, p)))
@@ -355,7 +251,7 @@ def resolve_spec(layout: Layout, **overrides: Any) -> ClusterSpec:
 
 def _any_running(layout: Layout, spec: ClusterSpec) -> bool:
     comps = components.control_plane(layout, spec.ports, Path("/"))
-    names_ = [c.name for c in comps] + list(HOST_PROCESSES)
+    names_ = [c.name for c in comps] + [prometheus.NAME, *HOST_PROCESSES]
     return any(supervisor.running(layout, n) for n in names_)
 
 
@@ -363,6 +259,7 @@ def up(state: Path, spec: ClusterSpec | None = None) -> Layout:
     layout = Layout(state)
     spec = spec or resolve_spec(layout)
     saved = load_spec(layout)
+    spec = dataclasses.replace(spec, settings=prometheus.merge_settings(spec.settings, os.environ))
     state.mkdir(parents=True, exist_ok=True)
     bins = binaries.bin_dir()
     _write_configs(layout, spec, bins)
@@ -373,12 +270,26 @@ def up(state: Path, spec: ClusterSpec | None = None) -> Layout:
     wait_for("the default ServiceAccount", lambda: _has_default_sa(api))
     _ensure_nodes(api, spec.nodes)
     wait_for(f"{spec.nodes} kwok nodes Ready", lambda: len(ready_nodes(api)) >= spec.nodes)
+    start_usage_pipeline(layout, spec, bins, api)
     if spec.pilotfish:
         install_pilotfish(layout, spec, bins)
     if saved is not None and saved.node_lifecycle != spec.node_lifecycle:
         # What already ran healthy was left alone above, still in the old mode.
         _restart_for_mode(layout, spec, bins)
     return layout
+
+
+def start_usage_pipeline(layout: Layout, spec: ClusterSpec, bins: Path, api: k8s.ApiClient) -> None:
+    """kwok's emulated usage and kubelet-style metrics, and the Prometheus that scrapes them
+    (before Pilotfish, whose operator is told where it is)."""
+    kwokusage.install(api, binaries.kwok_crd_dir(bins), binaries.kwok_metrics_dir(bins))
+    prometheus.ensure_rbac(api)
+    running = supervisor.running(layout, prometheus.NAME)
+    if running is not None:  # re-read the configuration and the chart's rules just rendered
+        with suppress(ProcessLookupError):
+            os.kill(running.pid, signal.SIGHUP)
+    log.info("starting", extra={"component": prometheus.NAME})
+    supervisor.start(layout, prometheus.component(layout, spec.ports, bins), ready_timeout=60)
 
 
 def switch_node_lifecycle(layout: Layout, ports: Ports, mode: str) -> ClusterSpec:
@@ -436,7 +347,9 @@ def down(state: Path, purge: bool = False) -> list[str]:
     spec = load_spec(layout) or ClusterSpec()
     order = [c.name for c in components.control_plane(layout, spec.ports, Path("/"))]
     stopped = [
-        n for n in [*reversed(HOST_PROCESSES), *reversed(order)] if supervisor.stop(layout, n)
+        n
+        for n in [*reversed(HOST_PROCESSES), prometheus.NAME, *reversed(order)]
+        if supervisor.stop(layout, n)
     ]
     if purge and layout.cluster_file.exists():
         shutil.rmtree(state)
@@ -449,6 +362,7 @@ def status(state: Path) -> dict[str, Any]:
     if spec is None:
         return {"state": str(state), "up": False, "components": {}}
     comps = components.control_plane(layout, spec.ports, Path("/"))
+    comps += monitoring(layout, Path("/"))
     if spec.pilotfish:
         comps += host_processes(layout, spec.ports)
     out: dict[str, Any] = {

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from pilotfish import names, ports
-from pilotfish.devcluster import stages
+from pilotfish.devcluster import kwokusage, stages
 from pilotfish.devcluster.pki import Pki
 
 SERVICE_CIDR = "10.96.0.0/16"
@@ -59,6 +59,7 @@ class Ports:
     extender: int = ports.EXTENDER
     webhooks: int = ports.WEBHOOKS
     operator_metrics: int = ports.OPERATOR_METRICS
+    prometheus: int = ports.PROMETHEUS
 
     def shifted(self, offset: int) -> Ports:
         """The same ports moved by `offset`, so two clusters can run side by side."""
@@ -270,6 +271,26 @@ def admission_config(layout: Layout) -> dict[str, Any]:
     }
 
 
+def kwok_options(p: Ports) -> dict[str, Any]:
+    """kwok's options: which nodes it plays, how fast, where it serves kubelet endpoints."""
+    return {
+        "manageAllNodes": False,
+        "manageNodesWithLabelSelector": f"{names.LABEL_FAKE_NODE}=true",
+        "nodeLeaseDurationSeconds": NODE_LEASE_SECONDS,
+        # A partial options document leaves these at 0, which kwok refuses.
+        "nodeLeaseParallelism": 4,
+        "nodePlayStageParallelism": 4,
+        "podPlayStageParallelism": 8,
+        "podsOnNodeSyncParallelism": 4,
+        "serverAddress": f"127.0.0.1:{p.kwok}",
+        "cidr": "10.240.0.0/12",
+        "nodeIP": "10.250.0.1",
+        # Usage emulation and kubelet-style metrics, from objects in the API
+        # (`kwokusage`), which `up` creates once the API server answers.
+        "enableCRDs": list(kwokusage.CRDS),
+    }
+
+
 def kwok_config(stage_dir: Path, p: Ports) -> list[dict[str, Any]]:
     """kwok's configuration documents: options plus the stages that play kubelets.
 
@@ -280,19 +301,7 @@ def kwok_config(stage_dir: Path, p: Ports) -> list[dict[str, Any]]:
         {
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
             "kind": "KwokConfiguration",
-            "options": {
-                "manageAllNodes": False,
-                "manageNodesWithLabelSelector": f"{names.LABEL_FAKE_NODE}=true",
-                "nodeLeaseDurationSeconds": NODE_LEASE_SECONDS,
-                # A partial options document leaves these at 0, which kwok refuses.
-                "nodeLeaseParallelism": 4,
-                "nodePlayStageParallelism": 4,
-                "podPlayStageParallelism": 8,
-                "podsOnNodeSyncParallelism": 4,
-                "serverAddress": f"127.0.0.1:{p.kwok}",
-                "cidr": "10.240.0.0/12",
-                "nodeIP": "10.250.0.1",
-            },
+            "options": kwok_options(p),
         }
     ]
     for rel in KWOK_STAGES:

@@ -43,6 +43,8 @@ CLIENTS: dict[str, tuple[str, str | None]] = {
     "webhook-client": ("kube-apiserver-webhook-client", None),
     # Health checks, tests and benchmarks calling the webhooks and the extender.
     "local-probe": ("pilotfish-local-probe", None),
+    # The local Prometheus: lists nodes (its own ClusterRole) and scrapes the host processes.
+    "prometheus": ("pilotfish-prometheus", None),
 }
 # Serving certificates of Pilotfish's host processes, called on loopback.
 LOOPBACK_SERVERS = ("webhooks", "extender")

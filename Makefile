@@ -29,8 +29,9 @@ down: $(STAMP)
 # Every test: lint, unit and property tests, then e2e against the real control plane.
 test: lint unit e2e
 
+# One worker per core (pytest-xdist): the unit tests are CPU-bound and independent.
 unit: $(STAMP) binaries  # binaries: the chart tests render with the pinned helm
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q -n auto
 
 # The modules that silence machines mostly wait out failure timings (40-100 s): they run on a
 # cluster of their own (ports shifted by 1500) beside the rest of the suite, and their output
@@ -38,9 +39,9 @@ unit: $(STAMP) binaries  # binaries: the chart tests render with the pinned helm
 LOSTNODES_LOG := build/e2e-lostnodes.log
 e2e: $(STAMP) binaries
 	@mkdir -p build
-	@PILOTFISH_E2E_PORT_OFFSET=1500 $(PY) -m pytest e2e -q -m lostnodes > $(LOSTNODES_LOG) 2>&1 & \
+	@PILOTFISH_E2E_PORT_OFFSET=1500 $(PY) -m pytest e2e -q -m lostnodes --durations=10 > $(LOSTNODES_LOG) 2>&1 & \
 	lost=$$!; \
-	$(PY) -m pytest e2e -q -m "not lostnodes"; main=$$?; \
+	$(PY) -m pytest e2e -q -m "not lostnodes" --durations=15; main=$$?; \
 	wait $$lost; lostrc=$$?; \
 	echo "--- e2e -m lostnodes (own cluster) ---"; cat $(LOSTNODES_LOG); \
 	test $$main -eq 0 && test $$lostrc -eq 0

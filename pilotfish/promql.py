@@ -91,6 +91,19 @@ def parse_response(expr: str, body: Any) -> list[Sample]:
     return out
 
 
+async def _read_body(resp: aiohttp.ClientResponse) -> bytes:
+    """The whole body, up to `MAX_BODY + 1` bytes. One `content.read(n)` returns what has
+    arrived so far, not n bytes: a large answer (every pod of a cluster) comes in chunks."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_chunked(1 << 16):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_BODY:
+            break
+    return b"".join(chunks)
+
+
 class PrometheusClient:
     """Instant queries against one Prometheus. The session is made on first use, inside
     the running loop, and closed by `close`."""
@@ -116,7 +129,7 @@ class PrometheusClient:
         form = {"query": expr, "timeout": f"{self.timeout:g}s"}
         try:
             async with self._client().post(f"{self.url}/api/v1/query", data=form) as resp:
-                raw = await resp.content.read(MAX_BODY + 1)
+                raw = await _read_body(resp)
                 status = resp.status
         except TimeoutError:
             raise PromQLError(expr, "timeout", f"no answer within {self.timeout:g}s") from None

@@ -4,6 +4,7 @@ scalars parsed, and every failure one PromQLError saying which kind."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -142,3 +143,25 @@ def test_answers_that_are_no_instant_vector_are_errors(body: Any) -> None:
     with pytest.raises(PromQLError) as e:
         parse_response("q", body)
     assert e.value.error_type == "bad_response"
+
+
+async def test_a_large_answer_arriving_in_pieces_is_read_whole(serve: Any) -> None:
+    """A cluster's every pod is megabytes of JSON, sent in chunks: all of it is parsed."""
+    pods = 20_000
+    body = json.dumps(vector(*(({"pod": f"p{i}"}, "0.5") for i in range(pods)))).encode()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        for at in range(0, len(body), 1 << 16):
+            await resp.write(body[at : at + (1 << 16)])
+            await asyncio.sleep(0.001)  # the next piece has not arrived yet
+        await resp.write_eof()
+        return resp
+
+    client = PrometheusClient(await serve(handler), timeout=10)
+    try:
+        got = await client.query("pod_cpu")
+    finally:
+        await client.close()
+    assert len(got) == pods and got[-1].labels == {"pod": f"p{pods - 1}"}

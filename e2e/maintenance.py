@@ -213,6 +213,10 @@ class Recorder:
         try:
             wait_until("a first sample", lambda: self.samples, timeout=30)
             yield self
+            # The record ends with a sample begun after the block did: the last step a test
+            # waited for (a pod evicted and gone, the drain Done) can fall between two samples.
+            ended = time.time()
+            wait_until("a sample after the end", lambda: self.samples[-1].at >= ended, timeout=30)
         finally:
             self.stop.set()
             thread.join(timeout=10)

@@ -46,7 +46,7 @@ if __package__ in (None, ""):  # run as `python benchmarks/api_fairness.py`
 
 
 from benchmarks import apf_metrics
-from benchmarks.common import create_namespace, emit, log, percentile, rounded, wait_for
+from benchmarks.common import create_namespace, emit, load, log, percentile, rounded, wait_for
 from benchmarks.pod_flood import FLOOD_LABEL, RETRIED, flood_plan, flood_worker
 from pilotfish import names
 from pilotfish.devcluster.cluster import ClusterSpec, running_cluster
@@ -90,10 +90,6 @@ def ratio(flood_p99: float | None, idle_p99: float | None) -> float | None:
     if not flood_p99 or not idle_p99:
         return None
     return round(flood_p99 / idle_p99, 3)
-
-
-def load_average() -> list[float]:
-    return [round(v, 2) for v in os.getloadavg()]
 
 
 # --- team B: steady writes, timed in this process --------------------------------------------
@@ -226,7 +222,7 @@ async def drain(rest: Rest) -> None:
 async def phase(rest: Rest, kubeconfig: str, args: argparse.Namespace, tag: str) -> dict[str, Any]:
     users = team_users("team-a", args.flood_users)
     writer_user = team_users("team-b", 1)[0]
-    load_start = load_average()
+    load_start = load()
     seen = await classification(rest, writer_user)
     log(f"{tag}: team B's writes are in {seen}")
     idle = Writer(rest.impersonating(writer_user), "team-b", f"idle-{tag}")
@@ -259,7 +255,7 @@ async def phase(rest: Rest, kubeconfig: str, args: argparse.Namespace, tag: str)
     apf = apf_metrics.delta(apf_before, await apf_metrics.scrape(rest, WATCHED_LEVELS))
     for p in procs:
         p.join(timeout=30)
-    load_end = load_average()
+    load_end = load()
     log(f"{tag}: flood done in {flood_seconds:.1f}s; deleting")
     await drain(rest)
     created = sum(p["created"] for p in parts)
@@ -354,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     inputs = {k: v for k, v in vars(args).items() if k != "state"} | {
         "machine_cpus": os.cpu_count()
     }
-    load_start = load_average()
+    load_start = load()
     result: dict[str, Any] = {"benchmark": "api_fairness", "inputs": inputs}
     try:
         log(f"starting a {args.nodes}-node cluster in {state}")
@@ -375,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.state:
             shutil.rmtree(state, ignore_errors=True)
-    result["load_average"] = {"start": load_start, "end": load_average()}
+    result["load_average"] = {"start": load_start, "end": load()}
     emit(result)
     return 0
 

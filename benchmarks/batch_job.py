@@ -39,7 +39,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python benchmarks/batch_job.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import create_namespace, delete_namespace, emit, log, rounded, wait_for
+from benchmarks.common import create_namespace, delete_namespace, emit, load, log, rounded, wait_for
 from benchmarks.probes.watches import AuditTail
 from benchmarks.probes.writes import WriteCounts, by_role, count_writes, per_task
 from pilotfish import names
@@ -174,10 +174,6 @@ class Stall:
             self.last, self.since = seen, now
             return False
         return now - self.since > self.limit
-
-
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 async def run_phase(

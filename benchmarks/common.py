@@ -11,11 +11,19 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
+import shutil
 import sys
+import tempfile
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
+from pilotfish.devcluster import supervisor
+from pilotfish.devcluster.cluster import ClusterSpec, running_cluster
+from pilotfish.devcluster.components import Layout
 from pilotfish.kube.rest import NAMESPACES, ApiError, Rest
 
 T = TypeVar("T")
@@ -124,3 +132,45 @@ async def delete_namespace(rest: Rest, name: str, within: float = 300) -> None:
 def emit(result: dict[str, Any]) -> None:
     """The one JSON object on stdout."""
     print(json.dumps(result, indent=2, sort_keys=False))
+
+
+def load() -> list[float]:
+    """The machine's load average (1, 5, 15 min), beside every figure."""
+    return [round(v, 2) for v in os.getloadavg()]
+
+
+def run_on_own_cluster(
+    benchmark: str,
+    spec: ClusterSpec,
+    measure: Callable[[Layout], dict[str, Any]],
+    *,
+    inputs: dict[str, Any],
+    state: str | None,
+    out_path: str | None,
+    operator: str = "pilotfish-operator",
+) -> int:
+    """`measure` on a cluster of `spec` in `state` (default: a fresh temp dir, removed after),
+    printed (and written to `out_path`) as one JSON object with the load average at both ends,
+    whatever happens: a failure is that object with `error`, a traceback and the operator's
+    last log lines. Exits 0 either way."""
+    where = Path(state) if state else Path(tempfile.mkdtemp(prefix=f"pf-bench-{benchmark}-"))
+    load_start = load()
+    out: dict[str, Any]
+    try:
+        log(f"starting a {spec.nodes}-node cluster in {where}")
+        with running_cluster(where, spec) as layout:
+            out = measure(layout)
+    except Exception as exc:  # one JSON object whatever happens
+        out = {"benchmark": benchmark, "inputs": inputs, "met": False}
+        out["error"] = f"{type(exc).__name__}: {exc}"
+        out["traceback"] = traceback.format_exc(limit=6)
+        out["operator_log_tail"] = supervisor.log_tail(Layout(where), operator, 20)
+    finally:
+        if not state:
+            shutil.rmtree(where, ignore_errors=True)
+    out["load_average"] = {"start": load_start, "end": load()}
+    text = json.dumps(out, indent=2)
+    if out_path:
+        Path(out_path).write_text(text + "\n")
+    print(text)
+    return 0

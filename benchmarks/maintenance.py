@@ -28,10 +28,8 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -46,6 +44,7 @@ from benchmarks.common import (
     bounded,
     create_namespace,
     log,
+    run_on_own_cluster,
     sample_every,
     wait_default_service_account,
     wait_for,
@@ -55,7 +54,7 @@ from benchmarks.probes.lostnodes import cordon
 from pilotfish import names
 from pilotfish.devcluster import binaries, cluster, supervisor
 from pilotfish.devcluster import nodes as fleet
-from pilotfish.devcluster.cluster import ClusterSpec, running_cluster
+from pilotfish.devcluster.cluster import ClusterSpec
 from pilotfish.devcluster.components import Layout
 from pilotfish.kube.client import api_client
 from pilotfish.kube.rest import (
@@ -81,10 +80,6 @@ PDBS: Final = Resource("policy", "v1", "poddisruptionbudgets")
 ERROR_CHARS: Final = 1500
 NUDGE_EVERY: Final = 5.0
 NUDGE_ANNOTATION: Final = "bench.pilotfish.io/resync"
-
-
-def load() -> list[float]:
-    return [round(v, 2) for v in os.getloadavg()]
 
 
 def workload(name: str, replicas: int, window: list[str]) -> dict[str, Any]:
@@ -387,7 +382,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if 2 * args.drain > args.nodes:
         p.error(f"--drain {args.drain}: two sets of it must fit in --nodes {args.nodes}")
-    state = Path(args.state) if args.state else Path(tempfile.mkdtemp(prefix="pf-bench-maint-"))
     spec = ClusterSpec(nodes=args.nodes, port_offset=args.port_offset)
     inputs = {
         "nodes": args.nodes,
@@ -397,29 +391,16 @@ def main(argv: list[str] | None = None) -> int:
         "max_concurrent": args.max_concurrent,
         "machine_cpus": os.cpu_count(),
     }
-    load_start = load()
-    out: dict[str, Any]
-    try:
-        log(f"starting a {args.nodes}-node cluster in {state}")
-        with running_cluster(state, spec) as layout:
-            figures = asyncio.run(measure(layout, spec, args))
+
+    def run(layout: Layout) -> dict[str, Any]:
+        figures = asyncio.run(measure(layout, spec, args))
         out = probe.result(inputs, figures["maintenance"], figures["kubectl"], TARGET_RATIO)
         out["recorder_errors"] = figures["recorder_errors"]
-    except Exception as exc:  # one JSON object whatever happens
-        out = {"benchmark": "maintenance", "inputs": inputs}
-        out["error"] = f"{type(exc).__name__}: {exc}"
-        out["traceback"] = traceback.format_exc(limit=6)
-        out["operator_log_tail"] = supervisor.log_tail(Layout(state), OPERATOR, 20)
-        out["met"] = False
-    finally:
-        if not args.state:
-            shutil.rmtree(state, ignore_errors=True)
-    out["load_average"] = {"start": load_start, "end": load()}
-    text = json.dumps(out, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
-    return 0
+        return out
+
+    return run_on_own_cluster(
+        "maintenance", spec, run, inputs=inputs, state=args.state, out_path=args.out
+    )
 
 
 if __name__ == "__main__":

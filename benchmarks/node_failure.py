@@ -37,11 +37,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -52,13 +49,20 @@ from typing import Any, Final
 if __package__ in (None, ""):  # run as `python benchmarks/node_failure.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import create_namespace, delete_namespace, log, wait_default_service_account
+from benchmarks.common import (
+    create_namespace,
+    delete_namespace,
+    load,
+    log,
+    run_on_own_cluster,
+    wait_default_service_account,
+)
 from benchmarks.probes import nodefailure as nf
 from benchmarks.probes.lostnodes import Recorder, cordon, restore, silence
 from pilotfish import names
-from pilotfish.devcluster import cluster, supervisor
+from pilotfish.devcluster import cluster
 from pilotfish.devcluster import nodes as fleet
-from pilotfish.devcluster.cluster import ClusterSpec, running_cluster
+from pilotfish.devcluster.cluster import ClusterSpec
 from pilotfish.devcluster.components import Layout
 from pilotfish.kube.client import api_client
 from pilotfish.kube.rest import (
@@ -75,10 +79,6 @@ UPSTREAM_GRACE: Final = 50.0  # kube-controller-manager's --node-monitor-grace-p
 UPSTREAM_TOLERATION: Final = 300.0  # DefaultTolerationSeconds
 RETURN_WITHIN: Final = 120.0
 HEALED: Final = 5.0  # recorded on after a return: what the return sets off shows then
-
-
-def load() -> list[float]:
-    return [round(v, 2) for v in os.getloadavg()]
 
 
 def workload(name: str, replicas: int) -> dict[str, Any]:
@@ -330,27 +330,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="also write the JSON object to this file")
     args = p.parse_args(argv)
     settings = SilenceSettings.from_env()
-    state = Path(args.state) if args.state else Path(tempfile.mkdtemp(prefix="pf-bench-nf-"))
     spec = ClusterSpec(nodes=args.nodes, port_offset=args.port_offset)
-    load_start = load()
-    out: dict[str, Any]
-    try:
-        log(f"starting a {args.nodes}-node cluster in {state}")
-        with running_cluster(state, spec) as layout:
-            out = result(args, asyncio.run(measure(layout, spec, args)), settings)
-    except Exception as exc:  # one JSON object whatever happens
-        out = {"benchmark": "node_failure", "error": f"{type(exc).__name__}: {exc}"}
-        out["traceback"] = traceback.format_exc(limit=6)
-        out["operator_log_tail"] = supervisor.log_tail(Layout(state), "pilotfish-operator", 20)
-    finally:
-        if not args.state:
-            shutil.rmtree(state, ignore_errors=True)
-    out["load_average"] = {"start": load_start, "end": load()}
-    text = json.dumps(out, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
-    return 0
+
+    def run(layout: Layout) -> dict[str, Any]:
+        return result(args, asyncio.run(measure(layout, spec, args)), settings)
+
+    inputs = {"nodes": args.nodes}
+    return run_on_own_cluster(
+        "node_failure", spec, run, inputs=inputs, state=args.state, out_path=args.out
+    )
 
 
 if __name__ == "__main__":

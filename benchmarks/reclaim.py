@@ -36,11 +36,8 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Final
 
@@ -51,14 +48,15 @@ from benchmarks.common import (
     bounded,
     create_namespace,
     log,
+    run_on_own_cluster,
     sample_every,
     wait_default_service_account,
     wait_for,
 )
 from benchmarks.probes import reclaim as probe
 from pilotfish import names, quantity
-from pilotfish.devcluster import prometheus, supervisor
-from pilotfish.devcluster.cluster import ClusterSpec, running_cluster
+from pilotfish.devcluster import prometheus
+from pilotfish.devcluster.cluster import ClusterSpec
 from pilotfish.devcluster.components import Layout
 from pilotfish.devcluster.kwokusage import ANNOTATION_USAGE_CPU, ANNOTATION_USAGE_MEMORY
 from pilotfish.devcluster.stages import ANNOTATION_RUN_SECONDS
@@ -80,10 +78,6 @@ GI: Final = 1024**3
 MARGIN: Final = 0.1  # the reclaim controller's default, which the benchmark keeps
 FAKE_NODES: Final = f"{names.LABEL_FAKE_NODE}=true"
 NODE_CPU_QUERY: Final = 'sum(rate(node_cpu_usage_seconds_total{job="kubelet-resource"}[1m]))'
-
-
-def load() -> list[float]:
-    return [round(v, 2) for v in os.getloadavg()]
 
 
 def settings(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
@@ -410,31 +404,17 @@ def main(argv: list[str] | None = None) -> int:
     args.spike_nodes = args.spike_nodes or max(1, args.nodes // 5)
     if args.spike_nodes > args.nodes:
         p.error(f"--spike-nodes {args.spike_nodes}: more than --nodes {args.nodes}")
-    state = Path(args.state) if args.state else Path(tempfile.mkdtemp(prefix="pf-bench-reclaim-"))
     spec = ClusterSpec(nodes=args.nodes, port_offset=args.port_offset, settings=settings(args))
     skipped = ("timeout", "port_offset", "state", "out")
     inputs = {k: v for k, v in vars(args).items() if k not in skipped}
     inputs |= {"margin": MARGIN, "machine_cpus": os.cpu_count()}
-    load_start = load()
-    out: dict[str, Any]
-    try:
-        log(f"starting a {args.nodes}-node cluster in {state}")
-        with running_cluster(state, spec) as layout:
-            out = summary(asyncio.run(measure(layout, spec, args)), args, inputs)
-    except Exception as exc:  # one JSON object whatever happens
-        out = {"benchmark": "reclaim", "inputs": inputs, "met": False}
-        out["error"] = f"{type(exc).__name__}: {exc}"
-        out["traceback"] = traceback.format_exc(limit=6)
-        out["operator_log_tail"] = supervisor.log_tail(Layout(state), OPERATOR, 20)
-    finally:
-        if not args.state:
-            shutil.rmtree(state, ignore_errors=True)
-    out["load_average"] = {"start": load_start, "end": load()}
-    text = json.dumps(out, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
-    return 0
+
+    def run(layout: Layout) -> dict[str, Any]:
+        return summary(asyncio.run(measure(layout, spec, args)), args, inputs)
+
+    return run_on_own_cluster(
+        "reclaim", spec, run, inputs=inputs, state=args.state, out_path=args.out
+    )
 
 
 if __name__ == "__main__":

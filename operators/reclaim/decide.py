@@ -218,7 +218,14 @@ def decide(node: NodeInputs, failure: str | None, settings: ReclaimSettings, now
         node.conditions, names.CONDITION_BATCH_CAPACITY, status, state, note, None, now
     )
     cond["lastHeartbeatTime"] = now  # as node conditions have: when it was last written
-    write = prev != state or node.annotation is None or moved(node, state, figs)
+    # A node never measured is not judged: it carries no figure until it is (a 0 written
+    # on a new node before its first scrape would read as "full" to the extender).
+    unjudged = (
+        state != reasons.MEASURED
+        and old is None
+        and all(node.current[r] is None for r in RESOURCES)
+    )
+    write = not unjudged and (prev != state or node.annotation is None or moved(node, state, figs))
     effective = {r: figs[r].batch if write else int(node.current[r] or 0) for r in RESOURCES}
     return Decision(
         node=node.name,

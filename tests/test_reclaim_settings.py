@@ -3,9 +3,13 @@ variable, the value and the rule."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from pilotfish.operators.reclaim.settings import ReclaimSettings, duration_seconds
+from tests.test_dashboard_json import check_rules
 
 
 def test_defaults_are_off_and_the_design_s() -> None:
@@ -66,3 +70,14 @@ def test_usage_is_the_larger_of_the_p95_and_now() -> None:
     assert "irate(pod_cpu_usage_seconds_total[2m])" in s.cpu_p95()
     assert s.cpu_p95().count(" or ") == 2 and " > " in s.cpu_p95()
     assert s.memory_p95().count(" or ") == 2 and " > " in s.memory_p95()
+
+
+def test_the_queries_parse_with_the_real_promtool(tmp_path: Path) -> None:
+    """A typo in a query would read as "Prometheus unavailable" on every node every cycle."""
+    s = ReclaimSettings(window="2m")
+    exprs = [s.cpu_p95(), s.memory_p95(), s.freshness()]
+    rules = [{"record": f"reclaim:query_{i}", "expr": e} for i, e in enumerate(exprs)]
+    path = tmp_path / "reclaim.rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "reclaim", "rules": rules}]}))
+    res = check_rules(path)
+    assert res.returncode == 0, res.stdout + res.stderr

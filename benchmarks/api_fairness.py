@@ -63,8 +63,14 @@ SCHEMAS = (
     "pilotfish-batch-submissions",
     "pilotfish-tenants",
 )
-LEVELS = ("pilotfish-production", "pilotfish-batch", "pilotfish-tenants")
-WATCHED_LEVELS = ("pilotfish-tenants", "global-default", "workload-low", "pilotfish-production")
+LEVELS = ("pilotfish-production", "pilotfish-batch", "pilotfish-tenants", "pilotfish-tenant-pods")
+WATCHED_LEVELS = (
+    "pilotfish-tenant-pods",
+    "pilotfish-tenants",
+    "global-default",
+    "workload-low",
+    "pilotfish-production",
+)
 WRITES_LABEL = "bench.pilotfish.io/writes"
 
 
@@ -285,19 +291,22 @@ async def phase(rest: Rest, kubeconfig: str, args: argparse.Namespace, tag: str)
     }
 
 
-async def tune_tenants_level(rest: Rest, args: argparse.Namespace) -> dict[str, Any]:
-    """The chart's pilotfish-tenants level, or one with the shares and borrowing cap asked for
-    (--tenants-shares, --tenants-borrowing: to find out where fairness starts to bite)."""
-    path = f"{FLOWCONTROL}/prioritylevelconfigurations/pilotfish-tenants"
+async def tune_level(
+    rest: Rest, level: str, shares: int | None, borrowing: int | None = None
+) -> dict[str, Any]:
+    """The chart's level as installed, or with the shares and borrowing cap asked for
+    (--tenants-shares, --tenants-borrowing, --pod-shares: to find out where fairness starts
+    to bite)."""
+    path = f"{FLOWCONTROL}/prioritylevelconfigurations/{level}"
     limited: dict[str, Any] = {}
-    if args.tenants_shares is not None:
-        limited["nominalConcurrencyShares"] = args.tenants_shares
-    if args.tenants_borrowing is not None:
-        limited["borrowingLimitPercent"] = args.tenants_borrowing
+    if shares is not None:
+        limited["nominalConcurrencyShares"] = shares
+    if borrowing is not None:
+        limited["borrowingLimitPercent"] = borrowing
     if limited:
         await rest.patch(path, {"spec": {"limited": limited}})
-    level = await rest.get(path)
-    spec: dict[str, Any] = level["spec"]["limited"]
+    obj = await rest.get(path)
+    spec: dict[str, Any] = obj["spec"]["limited"]
     return {k: v for k, v in spec.items() if k != "limitResponse"}
 
 
@@ -314,8 +323,13 @@ async def measure(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
     rest = Rest(api)  # the admin: exempt, for setup and clean-up only
     try:
         await setup(rest, team_users("team-a", args.flood_users), team_users("team-b", 1)[0])
-        tuned = await tune_tenants_level(rest, args)
-        with_ = await phase(rest, kubeconfig, args, "with") | {"tenants_level": tuned}
+        tuned = {
+            "tenants_level": await tune_level(
+                rest, "pilotfish-tenants", args.tenants_shares, args.tenants_borrowing
+            ),
+            "tenant_pods_level": await tune_level(rest, "pilotfish-tenant-pods", args.pod_shares),
+        }
+        with_ = await phase(rest, kubeconfig, args, "with") | tuned
         await remove_flow_control(rest)
         writer = team_users("team-b", 1)[0]
 
@@ -341,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idle-writes", type=int, default=200, help="team B's writes while idle")
     p.add_argument("--tenants-shares", type=int, help="override the tenants level's shares")
     p.add_argument("--tenants-borrowing", type=int, help="override its borrowingLimitPercent")
+    p.add_argument("--pod-shares", type=int, help="override the tenant pods level's shares")
     p.add_argument("--nodes", type=int, default=3)
     p.add_argument("--port-offset", type=int, default=PORT_OFFSET)
     p.add_argument("--state", help="state directory (default: a fresh temp dir, removed after)")

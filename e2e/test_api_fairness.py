@@ -110,7 +110,12 @@ def pod(name: str) -> dict[str, Any]:
 
 
 def test_the_levels_and_schemas_exist_and_point_at_each_other(env: Env) -> None:
-    levels = {"pilotfish-production", "pilotfish-batch", "pilotfish-tenants"}
+    levels = {
+        "pilotfish-production",
+        "pilotfish-batch",
+        "pilotfish-tenants",
+        "pilotfish-tenant-pods",
+    }
     for level in levels:
         uid(env, "prioritylevelconfigurations", level)
     schemas = {
@@ -118,6 +123,7 @@ def test_the_levels_and_schemas_exist_and_point_at_each_other(env: Env) -> None:
         "pilotfish-batch": "pilotfish-batch",
         "pilotfish-batch-submissions": "pilotfish-batch",
         "pilotfish-tenants": "pilotfish-tenants",
+        "pilotfish-tenant-pods": "pilotfish-tenant-pods",
     }
 
     def not_dangling(name: str) -> bool:
@@ -253,7 +259,7 @@ def test_a_tenant_may_not_impersonate_the_batch_account(env: Env, tenant: Tenant
     assert review.status.allowed is False
 
 
-def test_tenant_writes_are_in_the_tenants_level_and_submissions_in_the_batch_level(
+def test_tenant_writes_submissions_and_pods_each_queue_in_their_own_level(
     env: Env, tenant: Tenant
 ) -> None:
     path = f"/api/v1/namespaces/{tenant.namespace}/configmaps"
@@ -275,6 +281,10 @@ def test_tenant_writes_are_in_the_tenants_level_and_submissions_in_the_batch_lev
     bw_path = f"/apis/{names.API_VERSION}/namespaces/{tenant.namespace}/batchworkloads"
     _, headers, _ = call(tenant.api, "POST", bw_path, job, {"dryRun": "All"})
     assert classified(headers) == expect(env, "pilotfish-batch-submissions", "pilotfish-batch")
+    # A pod is the costly write: a tenant's pod writes queue in their own small level.
+    pods_path = f"/api/v1/namespaces/{tenant.namespace}/pods"
+    _, headers, _ = call(tenant.api, "POST", pods_path, pod("raw"), {"dryRun": "All"})
+    assert classified(headers) == expect(env, "pilotfish-tenant-pods", "pilotfish-tenant-pods")
 
 
 def test_the_batch_controller_writes_its_task_pods_as_the_batch_account(

@@ -55,9 +55,13 @@ def test_flow_control_and_the_batch_account_are_on_by_default() -> None:
     assert values["flowControl"]["enabled"] is True
     assert values["batchAccount"]["enabled"] is True
     levels = values["flowControl"]
-    # Batch gets the smallest nominal share; production the largest of Pilotfish's.
-    shares = {k: levels[k]["nominalConcurrencyShares"] for k in ("production", "batch", "tenants")}
-    assert shares["batch"] < shares["tenants"] < shares["production"]
+    # Tenants' pods get the smallest nominal share, then batch; production the largest.
+    kinds = ("production", "batch", "tenants", "tenantPods")
+    shares = {k: levels[k]["nominalConcurrencyShares"] for k in kinds}
+    assert shares["tenantPods"] < shares["batch"] < shares["tenants"] < shares["production"]
+    # Neither tenants' level borrows: a flood gets its own seats and no more.
+    assert levels["tenants"]["borrowingLimitPercent"] == 0
+    assert levels["tenantPods"]["borrowingLimitPercent"] == 0
 
 
 @pytest.mark.parametrize(
@@ -95,7 +99,12 @@ def test_levels_and_schemas_classify_as_designed(local: bool) -> None:
     docs = render(*(LOCAL if local else ()))
     levels = of_kind(docs, "PriorityLevelConfiguration")
     schemas = of_kind(docs, "FlowSchema")
-    assert set(levels) == {"pilotfish-production", "pilotfish-batch", "pilotfish-tenants"}
+    assert set(levels) == {
+        "pilotfish-production",
+        "pilotfish-batch",
+        "pilotfish-tenants",
+        "pilotfish-tenant-pods",
+    }
     for level in levels.values():
         assert level["apiVersion"] == "flowcontrol.apiserver.k8s.io/v1"
         assert level["spec"]["type"] == "Limited"
@@ -112,6 +121,7 @@ def test_levels_and_schemas_classify_as_designed(local: bool) -> None:
         "pilotfish-batch": "pilotfish-batch",
         "pilotfish-batch-submissions": "pilotfish-batch",
         "pilotfish-tenants": "pilotfish-tenants",
+        "pilotfish-tenant-pods": "pilotfish-tenant-pods",
     }
     precedence = {n: s["spec"]["matchingPrecedence"] for n, s in schemas.items()}
     # The control plane's own schemas (kube-scheduler keeps workload-high) win over ours...
@@ -121,6 +131,9 @@ def test_levels_and_schemas_classify_as_designed(local: bool) -> None:
     for name in ("pilotfish-production", "pilotfish-batch", "pilotfish-batch-submissions"):
         assert precedence[name] < SERVICE_ACCOUNTS_PRECEDENCE, name
     assert precedence["pilotfish-batch-submissions"] < precedence["pilotfish-tenants"]
+    # A tenant's pod write is carved out of its other writes, so it must be matched first.
+    pods = precedence["pilotfish-tenant-pods"]
+    assert SERVICE_ACCOUNTS_PRECEDENCE < pods < precedence["pilotfish-tenants"]
     assert SERVICE_ACCOUNTS_PRECEDENCE < precedence["pilotfish-tenants"] < GLOBAL_DEFAULT_PRECEDENCE
     distinguisher = {n: s["spec"]["distinguisherMethod"]["type"] for n, s in schemas.items()}
     assert distinguisher == {
@@ -128,6 +141,7 @@ def test_levels_and_schemas_classify_as_designed(local: bool) -> None:
         "pilotfish-batch": "ByNamespace",
         "pilotfish-batch-submissions": "ByNamespace",
         "pilotfish-tenants": "ByNamespace",
+        "pilotfish-tenant-pods": "ByNamespace",
     }
 
 
@@ -164,7 +178,7 @@ def render_in(namespace: str, *sets: str) -> list[dict[str, Any]]:
 def test_submissions_and_tenant_writes_are_writes_of_namespaced_objects() -> None:
     schemas = of_kind(render(), "FlowSchema")
     writes = {"create", "update", "patch", "delete", "deletecollection"}
-    for name in ("pilotfish-batch-submissions", "pilotfish-tenants"):
+    for name in ("pilotfish-batch-submissions", "pilotfish-tenants", "pilotfish-tenant-pods"):
         (rule,) = schemas[name]["spec"]["rules"]
         assert rule["subjects"] == [{"kind": "Group", "group": {"name": "system:authenticated"}}]
         (resources,) = rule["resourceRules"]
@@ -177,6 +191,8 @@ def test_submissions_and_tenant_writes_are_writes_of_namespaced_objects() -> Non
         ["pilotfish.io"],
         ["batchworkloads"],
     )
+    (pods,) = schemas["pilotfish-tenant-pods"]["spec"]["rules"][0]["resourceRules"]
+    assert (pods["apiGroups"], pods["resources"]) == ([""], ["pods"])
 
 
 @needs_helm

@@ -48,6 +48,7 @@ PROCESSES: Final = (
 )
 _TICK: Final = os.sysconf("SC_CLK_TCK")
 APF_LEVELS: Final = (
+    "pilotfish-tenant-pods",
     "pilotfish-tenants",
     "pilotfish-batch",
     "pilotfish-production",
@@ -137,8 +138,8 @@ def scheduler_figures(sched: Reading, extender: Reading, api: Reading) -> dict[s
             extender, "pilotfish_extender_request_duration_seconds", verb="prioritize"
         ),
         # Time requests waited in API Priority and Fairness queues, by priority level:
-        # the tenants' (production owners' and raw submitters' writes), the batch
-        # operator's, the scheduler's (bindings).
+        # the tenants' pod writes (production owners' and raw submitters' pods), their other
+        # writes, the batch operator's, the scheduler's (bindings).
         "apf_wait": {
             level: histogram(
                 api, "apiserver_flowcontrol_request_wait_duration_seconds", priority_level=level

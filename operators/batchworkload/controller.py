@@ -14,7 +14,9 @@ collector can remove them; so do pods left by an earlier job of the same name (a
 
 Production first: the same pod handler keeps the production pods waiting for placement
 (`production.ProductionWaiting`); while one waits no job creates pods, and when the last
-one binds every held job is synced at once. A namespace being deleted (the namespace
+one binds every held job is synced at once. The pacing state of every job (bind rates,
+buckets, the production pods, the create-latency congestion cap) is one `pacer.Pacer`. A
+namespace being deleted (the namespace
 informer, or a create refused for it) creates nothing more and lets go of every task pod.
 
 The failure backoff's base comes from `PILOTFISH_BATCH_BACKOFF_SECONDS` when set (a test
@@ -50,23 +52,14 @@ from pilotfish.operators.batchworkload.decide import Plan, Removal, decide
 from pilotfish.operators.batchworkload.model import (
     Memo,
     Observed,
-    Pace,
     owner_key,
     owner_uid,
     retained,
     task_of,
 )
-from pilotfish.operators.batchworkload.pacing import (
-    BACKOFF_BASE_SECONDS,
-    BindRate,
-    TokenBucket,
-    in_flight_limit,
-)
-from pilotfish.operators.batchworkload.production import (
-    ProductionWaiting,
-    fresh_sighting,
-    yield_rate,
-)
+from pilotfish.operators.batchworkload.pacer import Pacer
+from pilotfish.operators.batchworkload.pacing import BACKOFF_BASE_SECONDS
+from pilotfish.operators.batchworkload.production import fresh_sighting
 from pilotfish.operators.batchworkload.status import End
 from pilotfish.timeutil import format_time
 
@@ -123,10 +116,16 @@ class BatchWorkloadController:
         workloads.watch(self.bws)
         pods.watch(self.pods)
         self.writes = Trackers(workloads, pods)
-        self.executor = Executor(rt.batch_rest, self.writes, rt.events.scoped(REPORTING_CONTROLLER))
+        self.pacer = Pacer()
+        self.production = self.pacer.production
+        self.executor = Executor(
+            rt.batch_rest,
+            self.writes,
+            rt.events.scoped(REPORTING_CONTROLLER),
+            timed=self.pacer.congestion.observed,  # the API server's queue as creates see it
+            monotonic=rt.clock.monotonic,
+        )
         self.pods_of: dict[str, set[str]] = {}
-        self.rates: dict[str, BindRate] = {}
-        self.buckets: dict[str, TokenBucket] = {}
         self.failed_at: dict[str, float] = {}  # pod uid -> monotonic time first seen Failed
         self.last_sync: dict[str, float] = {}
         self.sync_period: dict[str, float] = {}  # between the job's syncs, smoothed
@@ -135,10 +134,7 @@ class BatchWorkloadController:
         self.succeeded_since_sync: dict[str, int] = {}
         self.unbound: dict[str, int] = {}
         self.memory: dict[str, dict[int, Memo]] = {}
-        self.production = ProductionWaiting()
         self.held: set[str] = set()  # jobs whose last sync held creates for production
-        # Each job's bind rate when production began arriving: what its yield is a share of.
-        self.unyielded_rate: dict[str, float] = {}
         # Namespaces where a create was refused as being terminated (the informer may lag).
         self.doomed: set[str] = set()
         self.bws.add_handler(self._on_workload)
@@ -191,7 +187,7 @@ class BatchWorkloadController:
             self.pods_of.setdefault(after, set()).add(key)
             was_bound = bool(((old or {}).get("spec") or {}).get("nodeName"))
             if not was_bound and (obj.get("spec") or {}).get("nodeName"):
-                self.rates.setdefault(after, BindRate(now)).bound(now)
+                self.pacer.bound(after, now)
             if _phase(obj) == "Succeeded" and _phase(old) != "Succeeded":
                 self.succeeded_since_sync[after] = self.succeeded_since_sync.get(after, 0) + 1
         if kind == "DELETED":
@@ -203,25 +199,6 @@ class BatchWorkloadController:
     def _pods(self, key: str) -> list[Obj]:
         found = (self.pods.get(k) for k in sorted(self.pods_of.get(key, ())))
         return [p for p in found if p is not None]
-
-    def _pace(self, key: str, model: BatchWorkload, now: float) -> Pace:
-        rate = self.rates.setdefault(key, BindRate(now)).per_second(now)
-        limit = in_flight_limit(rate, self.sync_period.get(key, 0.0))
-        held = self.production.count(now)
-        held_wait = self.production.until_aged_out(now)
-        creation_rate = model.spec.creation_rate
-        yielded: float | None = None
-        if self.production.arriving(now):
-            yielded = yield_rate(self.unyielded_rate.setdefault(key, rate))
-            creation_rate = yielded if creation_rate is None else min(creation_rate, yielded)
-        else:
-            self.unyielded_rate.pop(key, None)
-        if creation_rate is None:
-            self.buckets.pop(key, None)
-            return Pace(limit, rate, held=held, held_wait=held_wait)
-        bucket = self.buckets.setdefault(key, TokenBucket(creation_rate, now))
-        room = bucket.room(now, creation_rate)
-        return Pace(limit, rate, room, bucket.wait(), held, held_wait, yielded or 0.0)
 
     def observe(self, key: str, bw: Obj, model: BatchWorkload) -> Observed:
         uid = str(bw["metadata"]["uid"])
@@ -245,7 +222,13 @@ class BatchWorkloadController:
             bw=bw,
             model=model,
             tasks=tuple(tasks),
-            pace=self._pace(key, model, now),
+            pace=self.pacer.pace(
+                key,
+                now,
+                creation_rate=model.spec.creation_rate,
+                sync_period=self.sync_period.get(key, 0.0),
+                running_jobs=len(self.unbound),
+            ),
             now=_now(self.rt),
             mono=now,
             failed_at=self.failed_at,
@@ -306,9 +289,7 @@ class BatchWorkloadController:
             self.memory[key] = plan.memory
         else:
             self.memory.pop(key, None)
-        bucket = self.buckets.get(key)
-        if bucket is not None:
-            bucket.take(created)
+        self.pacer.created(key, created)
         self.unbound[key] = plan.unbound + created
         if plan.end.outcome != "running":
             self.unbound.pop(key, None)
@@ -318,9 +299,7 @@ class BatchWorkloadController:
         """The job is gone or going: its pods' outcomes no longer matter, and the tracking
         finalizer would hold them against the garbage collector."""
         self.unbound.pop(key, None)
-        self.rates.pop(key, None)
-        self.buckets.pop(key, None)
-        self.unyielded_rate.pop(key, None)
+        self.pacer.forget(key)
         self.last_sync.pop(key, None)
         self.sync_period.pop(key, None)
         self.succeeded_since_sync.pop(key, None)

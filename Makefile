@@ -46,10 +46,18 @@ e2e: $(STAMP) binaries
 	echo "--- e2e -m lostnodes (own cluster) ---"; cat $(LOSTNODES_LOG); \
 	test $$main -eq 0 && test $$lostrc -eq 0
 
-# Every benchmark, each printing one JSON object (benchmarks/common.py is a shared module).
-BENCHMARKS := $(filter-out __init__ common,$(basename $(notdir $(wildcard benchmarks/*.py))))
+# Every benchmark (a benchmarks/*.py module with a main; the others are shared modules), each
+# printing one JSON object, kept in benchmarks/results/<name>.json; then one table of every
+# figure against its target, and the plots beside the JSON (`python -m benchmarks.report`).
+BENCHMARKS := $(filter-out report,$(basename $(notdir $(shell grep -l '^if __name__ == "__main__":' benchmarks/*.py))))
+RESULTS := benchmarks/results
 bench: $(STAMP) binaries
-	@for b in $(BENCHMARKS); do $(PY) -m benchmarks.$$b || exit 1; done
+	@mkdir -p $(RESULTS)
+	@for b in $(BENCHMARKS); do \
+	  $(PY) -m benchmarks.$$b > $(RESULTS)/$$b.json.part || exit 1; \
+	  mv $(RESULTS)/$$b.json.part $(RESULTS)/$$b.json; \
+	done
+	$(PY) -m benchmarks.report --results $(RESULTS)
 
 crds: $(STAMP)
 	$(PY) -m pilotfish.api.crdgen

@@ -139,20 +139,18 @@ def load() -> list[float]:
     return [round(v, 2) for v in os.getloadavg()]
 
 
-def run_on_own_cluster(
+def on_own_cluster(
     benchmark: str,
     spec: ClusterSpec,
     measure: Callable[[Layout], dict[str, Any]],
     *,
     inputs: dict[str, Any],
     state: str | None,
-    out_path: str | None,
     operator: str = "pilotfish-operator",
-) -> int:
+) -> dict[str, Any]:
     """`measure` on a cluster of `spec` in `state` (default: a fresh temp dir, removed after),
-    printed (and written to `out_path`) as one JSON object with the load average at both ends,
-    whatever happens: a failure is that object with `error`, a traceback and the operator's
-    last log lines. Exits 0 either way."""
+    as one JSON object with the load average at both ends, whatever happens: a failure is that
+    object with `error`, a traceback and the operator's last log lines."""
     where = Path(state) if state else Path(tempfile.mkdtemp(prefix=f"pf-bench-{benchmark}-"))
     load_start = load()
     out: dict[str, Any]
@@ -169,6 +167,21 @@ def run_on_own_cluster(
         if not state:
             shutil.rmtree(where, ignore_errors=True)
     out["load_average"] = {"start": load_start, "end": load()}
+    return out
+
+
+def run_on_own_cluster(
+    benchmark: str,
+    spec: ClusterSpec,
+    measure: Callable[[Layout], dict[str, Any]],
+    *,
+    inputs: dict[str, Any],
+    state: str | None,
+    out_path: str | None,
+    operator: str = "pilotfish-operator",
+) -> int:
+    """`on_own_cluster`, printed (and written to `out_path`). Exits 0 either way."""
+    out = on_own_cluster(benchmark, spec, measure, inputs=inputs, state=state, operator=operator)
     text = json.dumps(out, indent=2)
     if out_path:
         Path(out_path).write_text(text + "\n")

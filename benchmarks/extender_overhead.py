@@ -45,9 +45,10 @@ from typing import Any
 
 import yaml
 
-from benchmarks.common import wait_default_service_account
+from benchmarks.common import load, wait_default_service_account
+from benchmarks.probes.scheduling import EXTENDER, cpu_seconds
 from pilotfish import names
-from pilotfish.devcluster import binaries, components, pki
+from pilotfish.devcluster import binaries, components, pki, supervisor
 from pilotfish.devcluster.cluster import ClusterSpec, running_cluster
 from pilotfish.devcluster.components import Layout
 from pilotfish.kube.client import api_client
@@ -308,6 +309,12 @@ async def extender_calls(layout: Layout, port: int) -> float:
     return await asyncio.to_thread(read)
 
 
+def extender_cpu(layout: Layout) -> float | None:
+    """CPU seconds of the extender process so far (None if it is not running)."""
+    proc = supervisor.child(layout, EXTENDER)
+    return cpu_seconds(proc.pid) if proc is not None else None
+
+
 async def one_run(
     rest: Rest, layout: Layout, spec: ClusterSpec, pods: int, extender: bool, index: int
 ) -> dict[str, Any]:
@@ -320,12 +327,16 @@ async def one_run(
     log(f"run {index} ({label}): creating {pods} pods for {scheduler_name}")
     await create_pods(rest, namespace, mixed_pods(pods, scheduler_name))
     calls_before = await extender_calls(layout, spec.ports.extender)
+    load_before = load()
+    cpu_before = extender_cpu(layout)
     with kube_scheduler(
         layout, scheduler_config(layout, spec, scheduler_name, extender), f"{label}-{index}"
     ):
         started = time.monotonic()
         log(f"run {index} ({label}): scheduler started")
         await watch.wait_for(pods, within=max(300.0, pods / 5))
+    cpu_after = extender_cpu(layout)
+    load_after = load()
     calls = await extender_calls(layout, spec.ports.extender) - calls_before
     await watch.stop()
     times = sorted(watch.bound.values())
@@ -341,6 +352,15 @@ async def one_run(
         "first_to_last_bound_s": round(last - first, 3),
         "pods_per_second": round(rate, 2),
         "extender_calls": calls,
+        # The extender's own CPU while this run's pods were placed: its informers follow
+        # every binding in both kinds of run, the calls only in `with`; on a machine whose
+        # cores the control plane already fills, that CPU is taken from the scheduler's.
+        "extender_cpu_ms_per_pod": (
+            round((cpu_after - cpu_before) * 1000 / pods, 3)
+            if cpu_before is not None and cpu_after is not None
+            else None
+        ),
+        "load_average": {"start": load_before, "end": load_after},
     }
 
 
@@ -376,6 +396,7 @@ async def measure(layout: Layout, spec: ClusterSpec, args: argparse.Namespace) -
             "without_pods_per_second": round(statistics.mean(without_rates), 2),
         },
         "ratios": {"bound_per_second_with_over_without": round(ratio, 3)},
+        "load_average": load(),
         "targets": {"bound_per_second_with_over_without": f">= {TARGET}"},
         "met": ratio >= TARGET,
     }

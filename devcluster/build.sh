@@ -10,6 +10,12 @@
 #   devcluster/build.sh              build what is missing, print the bin directory
 #   devcluster/build.sh --print      print the bin directory without building (exit 1 if absent)
 #
+# The real node's binaries are opt-in (`pilotfish dev up --real-node`), outside that key:
+#   devcluster/build.sh node         build kubelet, pause and the CNI plugins, print their
+#                                    directory (bin/: kubelet, pause; cni/: bridge, host-local,
+#                                    loopback, portmap)
+#   devcluster/build.sh --print-node print that directory without building (exit 1 if absent)
+#
 # Environment: PILOTFISH_CACHE (default ~/.cache/pilotfish).
 set -euo pipefail
 
@@ -21,10 +27,11 @@ mkdir -p "$cache"
 
 log() { printf 'devcluster/build: %s\n' "$*" >&2; }
 
-family_key() { # family version -> key
-  local sum
-  sum=$(cat "$here/$1/go.mod" "$here/$1/go.sum" | sha256sum | cut -c1-12)
-  printf '%s-%s-%s' "$1" "$2" "$sum"
+family_key() { # family version [extra files of the family...] -> key
+  local family=$1 version=$2 sum
+  shift 2
+  sum=$(cd "$here/$family" && cat go.mod go.sum "$@" | sha256sum | cut -c1-12)
+  printf '%s-%s-%s' "$family" "$version" "$sum"
 }
 
 k8s_key=$(family_key k8s "$KUBERNETES_VERSION")
@@ -34,6 +41,16 @@ helm_key=$(family_key helm "$HELM_VERSION")
 prometheus_key=$(family_key prometheus "$PROMETHEUS_VERSION")
 combined=$(printf '%s\n' "$k8s_key" "$etcd_key" "$kwok_key" "$helm_key" "$prometheus_key" | sha256sum | cut -c1-12)
 out="$cache/$combined"
+
+node_key=$(family_key node "$KUBERNETES_VERSION" pause/main.go)
+cni_key=$(family_key cni "$CNI_PLUGINS_VERSION")
+node_out="$cache/node-$(printf '%s\n' "$node_key" "$cni_key" | sha256sum | cut -c1-12)"
+node_built() { [[ -x "$node_out/bin/kubelet" && -x "$node_out/bin/pause" && -x "$node_out/cni/bridge" ]]; }
+if [[ "${1:-}" == "--print-node" ]]; then
+  node_built || exit 1
+  echo "$node_out"
+  exit 0
+fi
 
 if [[ "${1:-}" == "--print" ]]; then
   [[ -x "$out/bin/kube-apiserver" && -x "$out/bin/prometheus" && -d "$out/kwok-crd" ]] || exit 1
@@ -86,6 +103,23 @@ k8s_stamp() {
 
 exec 9>"$cache/.build.lock"
 flock 9
+
+if [[ "${1:-}" == "node" ]]; then
+  go_build node "$node_key" "$(k8s_stamp "$KUBERNETES_VERSION")" \
+    k8s.io/kubernetes/cmd/kubelet ./pause
+  cni=github.com/containernetworking/plugins/plugins
+  go_build cni "$cni_key" "-X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$CNI_PLUGINS_VERSION" \
+    "$cni/main/bridge" "$cni/ipam/host-local" "$cni/main/loopback" "$cni/meta/portmap"
+  if ! node_built; then
+    rm -rf "$node_out.tmp" && mkdir -p "$node_out.tmp/bin"
+    for b in "$cache/$node_key/bin/"*; do ln -sf "$b" "$node_out.tmp/bin/"; done
+    ln -sfn "$cache/$cni_key/bin" "$node_out.tmp/cni"
+    printf 'kubernetes=%s cni-plugins=%s\n' "$KUBERNETES_VERSION" "$CNI_PLUGINS_VERSION" > "$node_out.tmp/VERSIONS"
+    rm -rf "$node_out" && mv "$node_out.tmp" "$node_out"
+  fi
+  echo "$node_out"
+  exit 0
+fi
 
 go_build etcd "$etcd_key" "" go.etcd.io/etcd/server/v3
 go_build k8s "$k8s_key" "$(k8s_stamp "$KUBERNETES_VERSION")" \

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,7 +172,7 @@ def wait_until(
 
 
 @pytest.fixture(scope="session")
-def env() -> Iterator[Env]:
+def env(request: pytest.FixtureRequest) -> Iterator[Env]:
     external = os.environ.get("PILOTFISH_E2E_KUBECONFIG")
     if external:
         path = Path(external)
@@ -188,7 +189,9 @@ def env() -> Iterator[Env]:
         return
     keep = bool(os.environ.get("PILOTFISH_E2E_KEEP"))
     state = Path(os.environ.get("PILOTFISH_E2E_STATE") or tempfile.mkdtemp(prefix="pilotfish-e2e-"))
-    spec = cluster.ClusterSpec(nodes=12, port_offset=E2E_PORT_OFFSET)
+    # The real node only when a test of this session needs it (root, and minutes to build).
+    real_node = any(item.get_closest_marker("realnode") for item in request.session.items)
+    spec = cluster.ClusterSpec(nodes=12, port_offset=E2E_PORT_OFFSET, real_node=real_node)
     res = pilotfish_cli(
         "dev",
         "--state",
@@ -198,6 +201,7 @@ def env() -> Iterator[Env]:
         str(spec.nodes),
         "--port-offset",
         str(spec.port_offset),
+        *(["--real-node"] if real_node else []),
         env=E2E_RECLAIM_ENV,
     )
     if res.returncode != 0:
@@ -244,6 +248,23 @@ def _kind_env() -> Iterator[Env]:
         )
     finally:
         kc.delete()
+
+
+def wait_for_controllers_back(env: Env, timeout: float = 240.0) -> None:
+    """After the API server and etcd were down: wait until kube-controller-manager acts
+    again (a new namespace gets its default ServiceAccount), so a test that took the control
+    plane down leaves it working for the next one."""
+    core = k8s.CoreV1Api(env.api)
+    name = f"e2e-controllers-back-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name}})
+    try:
+        wait_until(
+            "kube-controller-manager acting again (a default ServiceAccount)",
+            lambda: core.read_namespaced_service_account("default", name),
+            timeout=timeout,
+        )
+    finally:
+        core.delete_namespace(name)
 
 
 @contextlib.contextmanager

@@ -59,6 +59,10 @@ def service_account_user(namespace: str, account: str) -> str:
 # Label on kwok-managed fake nodes; kwok only plays the kubelet for nodes carrying it.
 LABEL_FAKE_NODE: Final = "pilotfish.io/fake-node"
 LABEL_ZONE: Final = "topology.kubernetes.io/zone"
+# The one real node (`pilotfish dev up --real-node`): a kubelet on this host, labelled and
+# tainted with this key so only pods that select and tolerate it land there.
+LABEL_REAL_NODE: Final = "pilotfish.io/real-node"
+REAL_NODE_NAME: Final = "pilotfish-real-0"
 
 # Planned maintenance (NodeMaintenance). On a Node: the NodeMaintenance draining it (set with
 # the cordon, removed with the uncordon; the ServiceWorkload controller surges its pods), and

@@ -15,3 +15,8 @@ EXTENDER: Final = 16300
 WEBHOOKS: Final = 16301
 OPERATOR_METRICS: Final = 16302
 PROMETHEUS: Final = 16390
+# The real node (`pilotfish dev up --real-node`): kubelet's API and health, containerd's
+# metrics (its health probe); the containerd API itself is a unix socket in the state dir.
+KUBELET: Final = 16250
+KUBELET_HEALTHZ: Final = 16248
+CONTAINERD_METRICS: Final = 16249

@@ -11,13 +11,14 @@ Filter: only what kube-scheduler's own plugins do not check, or check without sa
   node's hardware);
 - GPUs: `nvidia.com/gpu` requested vs free on the node; unresolvable when the node has fewer
   GPUs than asked even empty;
-- batch capacity: a batch or best-effort pod's CPU and memory (its `batch.pilotfish.io/*`
-  requests when the webhook translated it, else its plain ones) vs what the node still
-  offers as `batch.pilotfish.io/cpu` (millicores) and `batch.pilotfish.io/memory` (bytes)
-  after every other non-production pod bound there (translated or not; production never
-  counts), when the node advertises them (no reclaim on a node: no check). kube-scheduler's
-  own fit counts only the translated pods' requests, so this also holds back a translated
-  pod where untranslated batch pods already use the batch figure.
+- batch capacity: a pod's `batch.pilotfish.io/*` requests (the webhook translated it onto
+  reclaimed capacity) vs what the node still offers as `batch.pilotfish.io/cpu`
+  (millicores) and `batch.pilotfish.io/memory` (bytes) after every other pod bound there
+  that requests them, when the node advertises them (no reclaim on a node: no check). Only
+  those requests count, as in kube-scheduler's own fit: a batch pod left untranslated (its
+  namespace has reclaim off) runs on the node's normal allocatable, which kube-scheduler
+  checks, and takes nothing from the batch figure. The extender's check adds the
+  zone-grouped message ("waiting for reclaimed capacity").
 Nodes the snapshot does not know yet pass: the scheduler's own filters still apply to them,
 and a lagging snapshot must not make a new node unusable.
 
@@ -118,7 +119,7 @@ class Incoming:
     memory: int
     gpu: int
     # What the pod takes from a node's batch allocatable (as `snapshot.PodInfo` counts it):
-    # its batch.pilotfish.io/* request, else its plain request when it is not production.
+    # its batch.pilotfish.io/* requests, nothing else.
     batch_cpu: int
     batch_memory: int
     # True when the pod itself requests batch.pilotfish.io/* (the webhook translated it):
@@ -133,18 +134,16 @@ class Incoming:
 
 def incoming(pod: Mapping[str, Any]) -> Incoming:
     requests = resources.pod_requests(pod.get("spec") or {})
-    band = resources.band(pod)
-    plain = band != PRODUCTION
     return Incoming(
         uid=str((pod.get("metadata") or {}).get("uid") or ""),
-        band=band,
+        band=resources.band(pod),
         workload=resources.workload(pod),
         machine_class=resources.machine_class(pod),
         cpu=requests.get(CPU, 0),
         memory=requests.get(MEMORY, 0),
         gpu=requests.get(GPU, 0),
-        batch_cpu=requests.get(names.BATCH_CPU) or (requests.get(CPU, 0) if plain else 0),
-        batch_memory=requests.get(names.BATCH_MEMORY) or (requests.get(MEMORY, 0) if plain else 0),
+        batch_cpu=requests.get(names.BATCH_CPU, 0),
+        batch_memory=requests.get(names.BATCH_MEMORY, 0),
         asks_batch_cpu=names.BATCH_CPU in requests,
         asks_batch_memory=names.BATCH_MEMORY in requests,
     )
@@ -187,9 +186,7 @@ def filter_nodes(pod: Incoming, snap: Snapshot, node_names: Sequence[str]) -> Fi
     the caller's sequence itself without looking at a node.
     """
     gpu = pod.gpu > 0
-    batch = (
-        not pod.production and snap.batch_nodes > 0 and (pod.batch_cpu > 0 or pod.batch_memory > 0)
-    )
+    batch = snap.batch_nodes > 0 and (pod.batch_cpu > 0 or pod.batch_memory > 0)
     if pod.machine_class is None and not gpu and not batch:
         return FilterResult(node_names)
     get = snap.nodes.get

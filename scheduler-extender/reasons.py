@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Final
 
 from pilotfish import names
 from pilotfish.extender import resources
+from pilotfish.extender.records import NodeState
 from pilotfish.extender.resources import GPU
-from pilotfish.extender.snapshot import NodeState
 
 if TYPE_CHECKING:
     from pilotfish.extender.decide import Incoming

@@ -7,7 +7,10 @@ without `--client-ca` it would serve anyone who reaches its port.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+import uvloop
 
 from pilotfish.cli import main
 from pilotfish.extender import server
@@ -53,6 +56,20 @@ def test_extender_subcommand_passes_host_port_and_kubeconfig(
         server.Tls("/c/tls.crt", "/c/tls.key", "/c/ca.crt"),
         8081,
     )
+
+
+def test_extender_serves_on_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kube-scheduler waits on every call, and the loop and TLS around a call cost more than
+    the handler: the extender process runs on uvloop's, not asyncio's own."""
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    async def fake_serve(*_args: object, **_kwargs: object) -> None:
+        loops.append(asyncio.get_running_loop())
+
+    monkeypatch.setattr(server, "serve", fake_serve)
+    args = main.parser().parse_args(["extender", "--port", "1234"])
+    assert args.func(args) == 0
+    assert len(loops) == 1 and isinstance(loops[0], uvloop.Loop)
 
 
 @pytest.mark.parametrize(

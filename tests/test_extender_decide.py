@@ -27,6 +27,18 @@ def gpu_pod(n: int, **kw: Any) -> Incoming:
     return incoming(pod("train", gpu=n, band="batch", **kw))
 
 
+def batch_pod(name: str, band: str, *, cpu_m: int = 0, memory: int = 0, **kw: Any) -> Any:
+    """A pod the webhook translated onto reclaimed capacity (`batch.pilotfish.io/*` only):
+    bound when `node` is given (an object for the snapshot), else the incoming pod."""
+    requests = {}
+    if cpu_m:
+        requests[names.BATCH_CPU] = str(cpu_m)
+    if memory:
+        requests[names.BATCH_MEMORY] = str(memory)
+    body = pod(name, cpu=None, memory=None, band=band, requests=requests, **kw)
+    return body if "node" in kw else incoming(body)
+
+
 # --- filter -----------------------------------------------------------------------------
 
 
@@ -77,11 +89,12 @@ def test_plain_pods_pass_untouched_without_looking_at_nodes() -> None:
         pytest.param(
             [node("n1", batch_cpu=4000), node("n2", batch_cpu=2500), node("n3")],
             [
-                pod("b", node="n1", cpu="1", band="batch"),
+                batch_pod("b", "batch", node="n1", cpu_m=1000),
                 pod("web", node="n1", cpu="20", band="production"),  # not on batch capacity
-                pod("be", node="n2", cpu="1", band="best-effort"),  # on batch capacity
+                batch_pod("be", "best-effort", node="n2", cpu_m=1000),  # on batch capacity
+                pod("old", node="n2", cpu="3", band="batch"),  # untranslated: normal capacity
             ],
-            incoming(pod("t", cpu="2", band="batch")),
+            batch_pod("t", "batch", cpu_m=2000),
             ["n1", "n3"],
             {"n2": "node n2 in zone-a has 1500m batch.pilotfish.io/cpu free, pod asks 2 CPU"},
             {},
@@ -90,7 +103,7 @@ def test_plain_pods_pass_untouched_without_looking_at_nodes() -> None:
         pytest.param(
             [node("n1", batch_memory=2**30)],
             [],
-            incoming(pod("t", cpu=None, memory="2Gi", band="best-effort")),
+            batch_pod("t", "best-effort", memory=2 * 2**30),
             [],
             {},
             {"n1": "no node in zone-a has 2Gi free in batch.pilotfish.io/memory: 1 has 1Gi"},
@@ -108,10 +121,10 @@ def test_plain_pods_pass_untouched_without_looking_at_nodes() -> None:
         pytest.param(
             [node("n1", batch_cpu=4000), node("n2", batch_cpu=4000), node("n3", batch_cpu=1000)],
             [
-                pod("old", node="n1", cpu="3", band="batch"),  # untranslated, on batch capacity
+                batch_pod("other", "batch", node="n1", cpu_m=3000),  # on batch capacity
                 pod("web", node="n2", cpu="20", band="production"),  # never counted
             ],
-            incoming(pod("t", cpu=None, band="batch", requests={names.BATCH_CPU: "2000"})),
+            batch_pod("t", "batch", cpu_m=2000),
             ["n2"],
             {"n1": "node n1 in zone-a has 1 batch.pilotfish.io/cpu free, pod asks 2 CPU"},
             {"n3": "node n3 in zone-a has 1 batch.pilotfish.io/cpu free, pod asks 2 CPU"},

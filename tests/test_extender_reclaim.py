@@ -18,19 +18,21 @@ Obj = dict[str, Any]
 GI = 2**30
 
 
-def translated(name: str, cpu_m: int, memory: int = 0, **kw: Any) -> Obj:
+def translated(name: str, cpu_m: int, memory: int = 0, band: str = "batch", **kw: Any) -> Obj:
     requests = {names.BATCH_CPU: str(cpu_m)}
     if memory:
         requests[names.BATCH_MEMORY] = str(memory)
-    return pod(name, cpu=None, memory=None, band="batch", requests=requests, **kw)
+    return pod(name, cpu=None, memory=None, band=band, requests=requests, **kw)
 
 
 def test_incoming_reads_the_batch_figures_of_a_translated_pod() -> None:
     p = incoming(translated("t", 1500, 3 * GI))
     assert (p.cpu, p.memory, p.batch_cpu, p.batch_memory) == (0, 0, 1500, 3 * GI)
     assert p.asks_batch_cpu and p.asks_batch_memory
+    # Untranslated (reclaim off in its namespace): it runs on normal allocatable.
     plain = incoming(pod("b", cpu="2", memory="1Gi", band="batch"))
-    assert (plain.batch_cpu, plain.batch_memory) == (2000, GI)
+    assert (plain.batch_cpu, plain.batch_memory) == (0, 0)
+    assert not plain.asks_batch_cpu and not plain.asks_batch_memory
     production = incoming(pod("w", cpu="2", memory="1Gi", band="production"))
     assert (production.batch_cpu, production.batch_memory) == (0, 0)
 
@@ -40,7 +42,8 @@ def test_translated_pod_is_refused_where_other_batch_pods_took_the_batch_figure(
         [node("n1", batch_cpu=4000, batch_memory=8 * GI), node("n2", batch_cpu=4000)],
         [
             translated("a", 2500, GI, node="n1"),
-            pod("b", node="n1", cpu="1", memory="1Gi", band="best-effort"),
+            translated("b", 1000, GI, node="n1", band="best-effort"),
+            pod("old", node="n1", cpu="2", memory="2Gi", band="batch"),  # untranslated
             pod("web", node="n2", cpu="30", memory="100Gi", band="production"),
         ],
     )
@@ -101,9 +104,11 @@ def test_an_assumed_translated_pod_counts_on_its_node_for_the_next_score() -> No
     ),
     st.integers(1, 4000),
 )
-def test_production_never_counts_against_a_translated_pods_fit(
+def test_only_translated_pods_count_against_a_translated_pods_fit(
     bound: list[tuple[str, int, bool]], ask: int
 ) -> None:
+    """Production never takes from the batch figure, and neither does a batch pod left on
+    plain cpu: only batch.pilotfish.io/* requests do, as in kube-scheduler's own fit."""
     pods = []
     for i, (band, millis, translate) in enumerate(bound):
         if translate and band != "production":
@@ -112,6 +117,23 @@ def test_production_never_counts_against_a_translated_pods_fit(
             pods.append(pod(f"p{i}", node="n1", cpu=f"{millis}m", memory=None, band=band))
     snap = snapshot([node("n1", batch_cpu=8000)], pods)
     assert snap.check() == []
-    taken = sum(m for b, m, _ in bound if b != "production")
+    taken = sum(m for b, m, translate in bound if translate and b != "production")
     result = decide.filter_nodes(incoming(translated("t", ask)), snap, ["n1"])
     assert (list(result.passing) == ["n1"]) == (8000 - taken >= ask)
+
+
+def test_an_untranslated_batch_pod_is_placed_against_normal_allocatable() -> None:
+    """Reclaim off in its namespace: the webhook leaves a batch pod on plain cpu and memory.
+    It runs on the node's normal allocatable (kube-scheduler's fit checks that), so it
+    neither needs room in the batch figure nor takes any of it from translated pods."""
+    snap = snapshot(
+        [node("n1", batch_cpu=2000, batch_memory=2 * GI)],
+        [pod("old", node="n1", cpu="4", memory="4Gi", band="batch")],
+    )
+    state = snap.nodes["n1"]
+    assert (state.used_cpu, state.used_batch_cpu, state.used_batch_memory) == (4000, 0, 0)
+    assert snap.check() == []
+    big = decide.filter_nodes(incoming(pod("b", cpu="8", memory="8Gi", band="batch")), snap, ["n1"])
+    assert list(big.passing) == ["n1"] and big.failed == {} and big.unresolvable == {}
+    fits = decide.filter_nodes(incoming(translated("t", 1500, GI)), snap, ["n1"])
+    assert list(fits.passing) == ["n1"], fits.failed

@@ -36,8 +36,9 @@ def test_bound_pods_add_up_per_node() -> None:
     )
     n1 = snap.nodes["n1"]
     assert (n1.used_cpu, n1.used_memory, n1.used_gpu, n1.free_gpu) == (2500, 2 * 2**30, 4, 4)
-    # Production does not run on the batch allocatable; batch and best-effort do.
-    assert (n1.used_batch_cpu, n1.used_batch_memory) == (500, 2**30)
+    # Only batch.pilotfish.io/* requests take from the batch allocatable: not production,
+    # not a batch pod left on plain cpu and memory (reclaim off in its namespace).
+    assert (n1.used_batch_cpu, n1.used_batch_memory) == (0, 0)
     assert snap.workload_nodes == {"team-a/w": {"n1": 2}, "team-a/v": {"n2": 1}}
     assert "team-a/pending" not in snap.pods
     assert snap.zone_counts(snap.workload_nodes["team-a/w"]) == {"zone-a": 2}

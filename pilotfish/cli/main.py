@@ -30,6 +30,7 @@ def _dev(args: argparse.Namespace) -> int:
                 port_offset=args.port_offset,
                 pilotfish=False if args.bare else None,
                 node_lifecycle=args.node_lifecycle,
+                real_node=True if args.real_node else None,
             )
             cluster.up(state, spec)
             print(f"pilotfish dev cluster is up ({state})")
@@ -45,6 +46,10 @@ def _dev(args: argparse.Namespace) -> int:
         elif args.dev_cmd == "env":
             for line in cluster.env_lines(state):
                 print(line)
+        elif args.dev_cmd == "image":
+            from pilotfish.devcluster import image
+
+            return image.cli(as_json=args.json, scheduler=args.scheduler)
         elif args.dev_cmd == "supervise":
             command = args.command[1:] if args.command[:1] == ["--"] else args.command
             return Supervisor(Layout(state), args.name, command).run()
@@ -64,9 +69,7 @@ def _extender(args: argparse.Namespace) -> int:
         print("pilotfish extender: --client-ca needs --cert and --key (TLS)", file=sys.stderr)
         return 2
     tls = server.Tls(args.cert, args.key, args.client_ca) if args.cert else None
-    asyncio.run(
-        server.serve(args.host, args.port, args.kubeconfig, tls=tls, health_port=args.health_port)
-    )
+    server.run(args.host, args.port, args.kubeconfig, tls=tls, health_port=args.health_port)
     return 0
 
 
@@ -159,6 +162,12 @@ def parser() -> argparse.ArgumentParser:
         "taint eviction controllers off) or upstream (both on at their defaults, as on a "
         "managed cluster); kept for later `up`s, and switched on a running cluster",
     )
+    upp.add_argument(
+        "--real-node",
+        action="store_true",
+        help=f"also run one real node ({names.REAL_NODE_NAME}: kubelet, containerd, runc; "
+        "needs root; kept for later `up`s)",
+    )
     downp = dsub.add_parser("down", help="stop what `up` started")
     _state_flag(downp)
     downp.add_argument("--purge", action="store_true", help="also delete the state directory")
@@ -171,6 +180,15 @@ def parser() -> argparse.ArgumentParser:
             help="print the export line: KUBECONFIG, and the pinned kubectl and "
             "kubectl-pilotfish first on PATH (eval it in your shell)",
         )
+    )
+    imgp = dsub.add_parser(
+        "image", help="build the Pilotfish OCI image offline (cached); print archive and ref"
+    )
+    imgp.add_argument("--json", action="store_true", help="print archive, ref and versions")
+    imgp.add_argument(
+        "--scheduler",
+        action="store_true",
+        help="also the pinned kube-scheduler's image, for the chart's second scheduler",
     )
     supp = dsub.add_parser(
         "supervise",

@@ -38,6 +38,7 @@ from pilotfish.devcluster import (
     nodes,
     pki,
     prometheus,
+    realnode,
     supervisor,
 )
 from pilotfish.devcluster import kubeconfig as kcfg
@@ -251,7 +252,7 @@ def resolve_spec(layout: Layout, **overrides: Any) -> ClusterSpec:
 
 def _any_running(layout: Layout, spec: ClusterSpec) -> bool:
     comps = components.control_plane(layout, spec.ports, Path("/"))
-    names_ = [c.name for c in comps] + [prometheus.NAME, *HOST_PROCESSES]
+    names_ = [c.name for c in comps] + [prometheus.NAME, *HOST_PROCESSES, *realnode.NAMES]
     return any(supervisor.running(layout, n) for n in names_)
 
 
@@ -273,6 +274,8 @@ def up(state: Path, spec: ClusterSpec | None = None) -> Layout:
     start_usage_pipeline(layout, spec, bins, api)
     if spec.pilotfish:
         install_pilotfish(layout, spec, bins)
+    if spec.real_node:
+        realnode.start(layout, api, spec.port_offset, spec.ports.apiserver)
     if saved is not None and saved.node_lifecycle != spec.node_lifecycle:
         # What already ran healthy was left alone above, still in the old mode.
         _restart_for_mode(layout, spec, bins)
@@ -346,7 +349,8 @@ def down(state: Path, purge: bool = False) -> list[str]:
     layout = Layout(state)
     spec = load_spec(layout) or ClusterSpec()
     order = [c.name for c in components.control_plane(layout, spec.ports, Path("/"))]
-    stopped = [
+    stopped = realnode.stop(layout, spec.port_offset)
+    stopped += [
         n
         for n in [*reversed(HOST_PROCESSES), prometheus.NAME, *reversed(order)]
         if supervisor.stop(layout, n)
@@ -365,6 +369,8 @@ def status(state: Path) -> dict[str, Any]:
     comps += monitoring(layout, Path("/"))
     if spec.pilotfish:
         comps += host_processes(layout, spec.ports)
+    if spec.real_node:
+        comps += realnode.node_components(layout, spec.port_offset, Path("/"))
     out: dict[str, Any] = {
         "state": str(state),
         "kubeconfig": str(layout.admin_kubeconfig),

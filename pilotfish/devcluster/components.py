@@ -360,8 +360,12 @@ def control_plane(
             f"--service-account-signing-key-file={pki.sa_key}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=Node,RBAC",
+            # The real node's TLS bootstrap (`realnode`); tokens exist only when it is on.
+            "--enable-bootstrap-token-auth=true",
             "--allow-privileged=true",
             "--endpoint-reconciler-type=none",
+            # Webhook Services by their endpoints: there is no kube-proxy (`incluster`).
+            "--enable-aggregator-routing=true",
             f"--audit-policy-file={cfg / 'audit-policy.yaml'}",
             f"--admission-control-config-file={layout.admission_config}",
             f"--audit-log-path={layout.logs / 'audit.log'}",

@@ -36,6 +36,8 @@ class ClusterSpec:
     # the environment of whoever ran `up` (`prometheus.merge_settings`); saved, so a restarted
     # operator or Prometheus keeps them.
     settings: tuple[tuple[str, str], ...] = ()
+    # One real kubelet (containerd, runc, a bridge network) beside the kwok fleet (`realnode`).
+    real_node: bool = False
 
     def __post_init__(self) -> None:
         components.check_node_lifecycle(self.node_lifecycle)

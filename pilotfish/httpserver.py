@@ -35,6 +35,8 @@ from aiohttp.typedefs import Handler
 from prometheus_client import REGISTRY
 from prometheus_client.exposition import choose_encoder
 
+from pilotfish import draining
+
 log = logging.getLogger(__name__)
 
 JSON_CONTENT_TYPE: Final = "application/json"
@@ -201,6 +203,8 @@ def add_common_routes(app: web.Application) -> None:
 
 def readyz(ready: Callable[[], bool], waiting_for: str) -> Handler:
     async def handle(_request: web.Request) -> web.StreamResponse:
+        if draining.draining():  # stopping: out of the Service before the port closes
+            return web.Response(status=503, text="stopping: draining")
         if ready():
             return web.Response(text="ok")
         return web.Response(status=503, text=f"starting: {waiting_for}")
@@ -307,6 +311,8 @@ async def run_until_cancelled(
     """
     if head_deadline not in app.middlewares:
         app.middlewares.append(head_deadline)
+    if draining.close_when_draining not in app.middlewares:
+        app.middlewares.append(draining.close_when_draining)
     runner = web.AppRunner(
         app, handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout
     )

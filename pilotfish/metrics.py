@@ -230,17 +230,6 @@ BATCH_UNBOUND_PODS = Gauge(
     "Task pods created and not yet bound to a node, over every BatchWorkload (the paced "
     "in-flight count).",
 )
-BATCH_CREATE_SECONDS = Histogram(
-    "pilotfish_batch_create_duration_seconds",
-    "Round trip of one task pod create, answered or refused: the API server's queue as the "
-    "batch controller sees it.",
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
-)
-BATCH_CONGESTION_CAP = Gauge(
-    "pilotfish_batch_congestion_cap_per_second",
-    "Task pod creates per second the batch controller allows itself while its creates are "
-    "answered slowly, over every BatchWorkload (0: no cap).",
-)
 
 # The node lifecycle controller (operators/nodelifecycle): lease silence, eviction, brake.
 NODELIFECYCLE_UNREACHABLE_NODES = Gauge(

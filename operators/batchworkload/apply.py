@@ -98,21 +98,10 @@ async def bounded(calls: Sequence[Callable[[], Awaitable[bool]]]) -> list[bool]:
 
 
 class Executor:
-    def __init__(
-        self,
-        rest: Rest,
-        writes: Trackers,
-        events: ControllerEvents,
-        timed: Callable[[float, float], None] | None = None,
-        monotonic: Callable[[], float] | None = None,
-    ) -> None:
-        """`timed(seconds, now)`: told each answered create's round trip (`congestion`),
-        measured with `monotonic`."""
+    def __init__(self, rest: Rest, writes: Trackers, events: ControllerEvents) -> None:
         self.rest = rest
         self.writes = writes
         self.events = events
-        self.timed = timed
-        self.monotonic = monotonic
         # Per job, the slow-start batch size its next sync starts at: doubled while every
         # create succeeds, back to 1 at the first refusal.
         self.next_batch: dict[str, int] = {}
@@ -219,12 +208,9 @@ class Executor:
         body = task_pod(bw, c.index, c.attempt, c.failures, gang=c.gang)
         name = body["metadata"]["name"]
         key = f"{ns}/{name}"
-        sent = self.monotonic() if self.monotonic is not None else None
         try:
             created = await self.rest.create(PODS.path(ns), body)
-            self._timed(sent)
         except ApiError as e:
-            self._timed(sent)
             if e.conflict:  # exists already: wait for it in the informer, never a second pod
                 return await self._confirm(plan, key, rnd, c, None)
             if e.status in AMBIGUOUS_STATUS:
@@ -247,12 +233,6 @@ class Executor:
         if c.replaces is not None:
             await self._remove(plan, c.replaces, rnd)
         return True
-
-    def _timed(self, sent: float | None) -> None:
-        """A create answered (created or refused: both waited in the API server's queue)."""
-        if sent is not None and self.timed is not None and self.monotonic is not None:
-            now = self.monotonic()
-            self.timed(now - sent, now)
 
     async def _collect(self, plan: Plan, rnd: _Round) -> None:
         """Delete the job's pods labelled recorded, in one request. The answer lists what

@@ -15,7 +15,7 @@ collector can remove them; so do pods left by an earlier job of the same name (a
 Production first: the same pod handler keeps the production pods waiting for placement
 (`production.ProductionWaiting`); while one waits no job creates pods, and when the last
 one binds every held job is synced at once. The pacing state of every job (bind rates,
-buckets, the production pods, the create-latency congestion cap) is one `pacer.Pacer`. A
+buckets, the production pods) is one `pacer.Pacer`. A
 namespace being deleted (the namespace
 informer, or a create refused for it) creates nothing more and lets go of every task pod.
 
@@ -118,13 +118,7 @@ class BatchWorkloadController:
         self.writes = Trackers(workloads, pods)
         self.pacer = Pacer()
         self.production = self.pacer.production
-        self.executor = Executor(
-            rt.batch_rest,
-            self.writes,
-            rt.events.scoped(REPORTING_CONTROLLER),
-            timed=self.pacer.congestion.observed,  # the API server's queue as creates see it
-            monotonic=rt.clock.monotonic,
-        )
+        self.executor = Executor(rt.batch_rest, self.writes, rt.events.scoped(REPORTING_CONTROLLER))
         self.pods_of: dict[str, set[str]] = {}
         self.failed_at: dict[str, float] = {}  # pod uid -> monotonic time first seen Failed
         self.last_sync: dict[str, float] = {}
@@ -227,7 +221,6 @@ class BatchWorkloadController:
                 now,
                 creation_rate=model.spec.creation_rate,
                 sync_period=self.sync_period.get(key, 0.0),
-                running_jobs=len(self.unbound),
             ),
             now=_now(self.rt),
             mono=now,

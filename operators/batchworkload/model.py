@@ -215,8 +215,6 @@ class Pace:
     held: int = 0  # production pods waiting for placement: no creates while > 0
     held_wait: float | None = None  # seconds until the last of them stops counting
     yield_rate: float = 0.0  # creates/s the job is held to while production arrives (0: not)
-    # creates/s the job is held to while the API server answers its creates slowly (0: not)
-    congestion_rate: float = 0.0
 
 
 @dataclass(frozen=True)

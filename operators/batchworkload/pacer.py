@@ -1,16 +1,14 @@
 """The batch controller's pacing state, one for all its jobs: each job's bind rate and
-`creationRate` bucket, the production pods batch yields to, and the API server's congestion
-as the controller's own creates see it. `pace` turns them into one sync's `Pace`.
+`creationRate` bucket, and the production pods batch yields to. `pace` turns them into one
+sync's `Pace`.
 
-The rules are in `pacing` (in-flight limit, bucket), `production` (hold and yield) and
-`congestion` (the create-latency cap); this keeps their per-job state and combines them:
-the job's creates per second are the least of `creationRate`, its share of the congestion
-cap, and its yield while production arrives.
+The rules are in `pacing` (in-flight limit, bucket) and `production` (hold and yield); this
+keeps their per-job state and combines them: the job's creates per second are the lesser of
+`creationRate` and its yield while production arrives.
 """
 
 from __future__ import annotations
 
-from pilotfish.operators.batchworkload.congestion import CreateCongestion
 from pilotfish.operators.batchworkload.model import Pace
 from pilotfish.operators.batchworkload.pacing import BindRate, TokenBucket, in_flight_limit
 from pilotfish.operators.batchworkload.production import ProductionWaiting, yield_rate
@@ -21,7 +19,6 @@ class Pacer:
         self.rates: dict[str, BindRate] = {}
         self.buckets: dict[str, TokenBucket] = {}
         self.production = ProductionWaiting()
-        self.congestion = CreateCongestion()
         # Each job's bind rate when production began arriving: what its yield is a share of.
         self.unyielded_rate: dict[str, float] = {}
 
@@ -35,17 +32,13 @@ class Pacer:
         *,
         creation_rate: float | None,
         sync_period: float,
-        running_jobs: int,
     ) -> Pace:
         """`creation_rate`: the job's spec.creationRate (None: unset); `sync_period`: its
-        smoothed seconds between syncs; `running_jobs`: the jobs sharing the congestion cap."""
+        smoothed seconds between syncs."""
         rate = self.rates.setdefault(job, BindRate(now)).per_second(now)
         limit = in_flight_limit(rate, sync_period)
         held = self.production.count(now)
         held_wait = self.production.until_aged_out(now)
-        congestion_rate = self._congestion_share(now, running_jobs)
-        if congestion_rate is not None:
-            creation_rate = _least(creation_rate, congestion_rate)
         yielded: float | None = None
         if self.production.arriving(now):
             yielded = yield_rate(self.unyielded_rate.setdefault(job, rate))
@@ -57,16 +50,7 @@ class Pacer:
             return Pace(limit, rate, held=held, held_wait=held_wait)
         bucket = self.buckets.setdefault(job, TokenBucket(creation_rate, now))
         room = bucket.room(now, creation_rate)
-        return Pace(
-            limit,
-            rate,
-            room,
-            bucket.wait(),
-            held,
-            held_wait,
-            yielded or 0.0,
-            congestion_rate or 0.0,
-        )
+        return Pace(limit, rate, room, bucket.wait(), held, held_wait, yielded or 0.0)
 
     def created(self, job: str, count: int) -> None:
         bucket = self.buckets.get(job)
@@ -77,13 +61,6 @@ class Pacer:
         self.rates.pop(job, None)
         self.buckets.pop(job, None)
         self.unyielded_rate.pop(job, None)
-
-    def _congestion_share(self, now: float, running_jobs: int) -> float | None:
-        """This job's part of the congestion cap: the cap is the API server's, split evenly
-        among the jobs running."""
-        binds = sum(r.per_second(now) for r in self.rates.values())
-        cap = self.congestion.cap(now, binds)
-        return None if cap is None else cap / max(1, running_jobs)
 
 
 def _least(rate: float | None, other: float) -> float:

@@ -152,6 +152,5 @@ def compute_status(
             "bindsPerSecond": round(o.pace.binds_per_second, 1),
             "heldForProduction": o.pace.held if held else 0,
             "yieldRate": round(o.pace.yield_rate, 1),
-            "congestionRate": round(o.pace.congestion_rate, 1),
         }
     return {k: v for k, v in status.items() if v is not None}, tuple(events)

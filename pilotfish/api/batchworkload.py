@@ -133,12 +133,6 @@ class Pacing(ApiModel):
         description="Creates per second the job is held to while production pods keep "
         "arriving, a share of its bind rate before they did (0: not yielding).",
     )
-    congestion_rate: float = Field(
-        default=0.0,
-        ge=0,
-        description="Creates per second the job is held to while the API server answers the "
-        "batch controller's creates several times slower than it did recently (0: not held).",
-    )
 
 
 class BatchWorkloadStatus(ConditionsStatus):

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from pilotfish import log, names, ports
+from pilotfish import draining, log, names, ports
 from pilotfish.devcluster import cluster
 from pilotfish.devcluster.binaries import MissingBinaries
 from pilotfish.devcluster.components import NODE_LIFECYCLE_MODES, Layout
@@ -68,8 +68,20 @@ def _extender(args: argparse.Namespace) -> int:
     if args.client_ca and args.cert is None:
         print("pilotfish extender: --client-ca needs --cert and --key (TLS)", file=sys.stderr)
         return 2
+    try:
+        drain = draining.drain_seconds_from_env()
+    except ValueError as e:
+        print(f"pilotfish extender: {e}", file=sys.stderr)
+        return 2
     tls = server.Tls(args.cert, args.key, args.client_ca) if args.cert else None
-    server.run(args.host, args.port, args.kubeconfig, tls=tls, health_port=args.health_port)
+    server.run(
+        args.host,
+        args.port,
+        args.kubeconfig,
+        tls=tls,
+        health_port=args.health_port,
+        drain_seconds=drain,
+    )
     return 0
 
 
@@ -79,24 +91,24 @@ def _webhooks(args: argparse.Namespace) -> int:
     try:
         eviction_wait = tolerations.eviction_wait_from_env()
         reclaim_default = reclaim.default_from_env()
+        drain = draining.drain_seconds_from_env()
     except ValueError as e:
         print(f"pilotfish webhooks: {e}", file=sys.stderr)
         return 2
-    asyncio.run(
-        server.serve(
-            args.host,
-            args.port,
-            args.cert,
-            args.key,
-            args.kubeconfig,
-            scheduler_name=args.scheduler_name or None,
-            foreign_schedulers=args.foreign_schedulers,
-            client_ca=args.client_ca,
-            health_port=args.health_port,
-            eviction_wait=eviction_wait,
-            reclaim_default=reclaim_default,
-        )
+    served = server.serve(
+        args.host,
+        args.port,
+        args.cert,
+        args.key,
+        args.kubeconfig,
+        scheduler_name=args.scheduler_name or None,
+        foreign_schedulers=args.foreign_schedulers,
+        client_ca=args.client_ca,
+        health_port=args.health_port,
+        eviction_wait=eviction_wait,
+        reclaim_default=reclaim_default,
     )
+    asyncio.run(draining.serve_until_terminated(served, name="webhooks", drain_seconds=drain))
     return 0
 
 

@@ -275,12 +275,6 @@ def _pacing_sentence(status: Mapping[str, Any], spec: Mapping[str, Any]) -> str 
         text += f"; holding creation: {held} production pods waiting for placement"
     elif yielded:
         text += f"; yielding to production pods arriving: at most {yielded:g} creates/s"
-    congestion = _number(pacing.get("congestionRate"))
-    if congestion:
-        text += (
-            f"; the API server answers creates slowly: at most {congestion:g} creates/s "
-            "until it catches up"
-        )
     elif in_flight is not None and limit is not None and in_flight >= limit:
         text += "; at the limit, the next task is created as soon as one of those binds"
     cap = _number(spec.get("creationRate"))

@@ -246,6 +246,10 @@ def import_image(layout: Layout, archive: Path, ref: str) -> None:
         raise RealNodeError(f"import_image: archive {archive} is not a file")
     if supervisor.running(layout, CONTAINERD) is None:
         raise RealNodeError("import_image: the real node's containerd is not running")
+    # containerd 1.6 fails a re-import of other content under an existing --index-name
+    # ("content digest ... not found"): the name goes first (running containers keep their
+    # snapshots).
+    ctr(layout, "images", "rm", ref, check=False)
     ctr(layout, "images", "import", "--index-name", ref, str(archive))
 
 

@@ -36,15 +36,18 @@ unit: $(STAMP) binaries  # binaries: the chart tests render with the pinned helm
 # The modules that silence machines mostly wait out failure timings (40-100 s): they run on a
 # cluster of their own (ports shifted by 1500) beside the rest of the suite, and their output
 # follows the suite's. The real node's tests (root; one real node per host) run on that
-# cluster too, which then starts the node (`pilotfish dev up --real-node`).
+# cluster too, which then starts the node (`pilotfish dev up --real-node`); then, once it is
+# down, the chart installed in-cluster on a real node of its own cluster (marker incluster).
 LOSTNODES_LOG := build/e2e-lostnodes.log
 e2e: $(STAMP) binaries
 	@mkdir -p build
-	@PILOTFISH_E2E_PORT_OFFSET=1500 $(PY) -m pytest e2e -q -m "lostnodes or realnode" --durations=10 > $(LOSTNODES_LOG) 2>&1 & \
+	@(PILOTFISH_E2E_PORT_OFFSET=1500 $(PY) -m pytest e2e -q -m "lostnodes or realnode" --durations=10; a=$$?; \
+	  PILOTFISH_E2E_PORT_OFFSET=1500 $(PY) -m pytest e2e -q -m incluster --durations=5; b=$$?; \
+	  test $$a -eq 0 && test $$b -eq 0) > $(LOSTNODES_LOG) 2>&1 & \
 	lost=$$!; \
-	$(PY) -m pytest e2e -q -m "not lostnodes and not realnode" --durations=15; main=$$?; \
+	$(PY) -m pytest e2e -q -m "not lostnodes and not realnode and not incluster" --durations=15; main=$$?; \
 	wait $$lost; lostrc=$$?; \
-	echo "--- e2e -m 'lostnodes or realnode' (own cluster) ---"; cat $(LOSTNODES_LOG); \
+	echo "--- e2e -m 'lostnodes or realnode', then -m incluster (own clusters) ---"; cat $(LOSTNODES_LOG); \
 	test $$main -eq 0 && test $$lostrc -eq 0
 
 # Every benchmark (a benchmarks/*.py module with a main; the others are shared modules), each

@@ -3,10 +3,11 @@ the real node, from the image built here, with no host process of Pilotfish (the
 "Installing on kind or a real cluster", step by step: `incluster.install`).
 
 Its own cluster (`pilotfish dev up --bare --real-node`), not the session's, whose Pilotfish
-runs as host processes; one real node per host, so run it alone:
+runs as host processes; one real node per host, so it runs alone, after the real node's
+other tests (`make e2e`; marker `incluster`):
 
     PILOTFISH_E2E_PORT_OFFSET=3000 PILOTFISH_E2E_STATE=/tmp/e2e-3000 \
-      .venv/bin/python -m pytest e2e/test_incluster.py -q -x
+      .venv/bin/python -m pytest e2e -q -m incluster
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from pilotfish.devcluster import binaries, cluster, incluster, supervisor
 from pilotfish.devcluster.components import Layout
 from pilotfish.devcluster.hostprocs import HOST_PROCESSES
 
-pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
+pytestmark = [pytest.mark.e2e, pytest.mark.incluster]
 
 SYSTEM = names.SYSTEM_NAMESPACE
 GATE_DENIAL = 'admission webhook "pods.validate.pilotfish.io" denied the request: '

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 from collections.abc import Coroutine
 from typing import Any, Final
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+
+from pilotfish.envseconds import seconds_from_env
 
 log = logging.getLogger("pilotfish.draining")
 
@@ -54,17 +55,9 @@ def stop_draining() -> None:
 
 
 def drain_seconds_from_env() -> float:
-    """PILOTFISH_DRAIN_SECONDS (default 5): a bad value raises ValueError naming it."""
-    raw = os.environ.get(DRAIN_ENV)
-    if raw is None or raw == "":
-        return DRAIN_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{DRAIN_ENV}={raw!r}: must be a number of seconds") from None
-    if not 0 <= value <= 300:
-        raise ValueError(f"{DRAIN_ENV}={raw!r}: must be between 0 and 300 seconds")
-    return value
+    """PILOTFISH_DRAIN_SECONDS (default 5, at most 300): a bad value raises ValueError
+    naming it."""
+    return seconds_from_env(DRAIN_ENV, DRAIN_SECONDS, at_most=300)
 
 
 @web.middleware

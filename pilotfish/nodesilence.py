@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from pilotfish.envseconds import seconds_from_env
 from pilotfish.kube.factory import InformerFactory
 from pilotfish.kube.informer import Obj
 from pilotfish.kube.rest import LEASES
@@ -33,19 +34,6 @@ NODE_LEASE_NAMESPACE: Final = "kube-node-lease"
 MODE_PILOTFISH: Final = "pilotfish"
 MODE_UPSTREAM: Final = "upstream"
 MODES: Final = (MODE_PILOTFISH, MODE_UPSTREAM)
-
-
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r}: must be a number of seconds") from None
-    if value < 0:
-        raise ValueError(f"{name}={raw!r}: must not be negative")
-    return value
 
 
 @dataclass(frozen=True)
@@ -75,9 +63,11 @@ class SilenceSettings:
         if mode not in MODES:
             raise ValueError(f"PILOTFISH_NODE_LIFECYCLE={mode!r}: must be one of {MODES}")
         return cls(
-            unreachable_after=_env_float("PILOTFISH_NODE_UNREACHABLE_SECONDS", d.unreachable_after),
-            eviction_wait=_env_float("PILOTFISH_EVICTION_WAIT_SECONDS", d.eviction_wait),
-            at_most_one_margin=_env_float(
+            unreachable_after=seconds_from_env(
+                "PILOTFISH_NODE_UNREACHABLE_SECONDS", d.unreachable_after
+            ),
+            eviction_wait=seconds_from_env("PILOTFISH_EVICTION_WAIT_SECONDS", d.eviction_wait),
+            at_most_one_margin=seconds_from_env(
                 "PILOTFISH_AT_MOST_ONE_MARGIN_SECONDS", d.at_most_one_margin
             ),
             mode=mode,

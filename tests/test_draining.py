@@ -130,7 +130,7 @@ def test_the_drain_comes_from_the_environment(
 
 
 @pytest.mark.parametrize(
-    ("raw", "rule"), [("soon", "a number"), ("-1", "between"), ("301", "between")]
+    ("raw", "rule"), [("soon", "a number"), ("-1", "not be negative"), ("301", "at most 300")]
 )
 def test_a_bad_drain_names_the_variable_and_the_rule(
     monkeypatch: pytest.MonkeyPatch, raw: str, rule: str

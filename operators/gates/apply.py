@@ -122,8 +122,12 @@ class Executor:
         events: ControllerEvents,
         audit_log: AuditLog,
         *,
-        write_concurrency: int = 16,
+        write_concurrency: int = 32,
     ) -> None:
+        """`write_concurrency`: pods written at once. Each gate patch waits on the admission
+        webhooks, so a release is latency-bound: 16 at once released 2,000 pods at 0.53-0.56
+        of what the same API server took from a client patching 32 at once, 32 at 0.73
+        (`benchmarks/gate_release`)."""
         self.rest = rest
         self.pods = pods
         self.own = own

@@ -86,8 +86,14 @@ def test_scheduler_calls_the_extender_over_mutual_tls(tmp_path: Path) -> None:
     assert asyncio.run(handshake(server, stranger)) == b""
 
 
-async def handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> bytes:
-    """What a client reads from a TLS server that writes b"ok" (b"" when refused)."""
+EXTENDER_HOST = "pilotfish-extender.pilotfish-system.svc"
+
+
+async def handshake(
+    server: ssl.SSLContext, client: ssl.SSLContext, host: str = EXTENDER_HOST
+) -> bytes:
+    """What a client reads from a TLS server that writes b"ok" (b"" when refused), the client
+    checking the server's certificate for `host`."""
 
     async def answer(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(b"ok")
@@ -98,7 +104,7 @@ async def handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> bytes:
     port = listening.sockets[0].getsockname()[1]
     try:
         reader, writer = await asyncio.open_connection(
-            "127.0.0.1", port, ssl=client, server_hostname="pilotfish-extender.pilotfish-system.svc"
+            "127.0.0.1", port, ssl=client, server_hostname=host
         )
         try:
             return await reader.read()

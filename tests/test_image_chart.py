@@ -19,7 +19,14 @@ import pilotfish
 from pilotfish import httpserver
 from pilotfish.cli.main import parser
 from pilotfish.devcluster import image, imagespec
-from tests.test_chart_tls import by_name, container, mounted_secret, write_secret
+from tests.test_chart_tls import (
+    EXTENDER_HOST,
+    by_name,
+    container,
+    handshake,
+    mounted_secret,
+    write_secret,
+)
 from tests.test_chart_values import needs_helm, render
 
 PILOTFISH = ("pilotfish-operator", "pilotfish-extender", "pilotfish-webhooks")
@@ -127,9 +134,7 @@ def test_chart_provisions_the_webhook_certificate_its_ca_bundle_trusts(tmp_path:
     server = httpserver.server_tls(str(served / "tls.crt"), str(served / "tls.key"))
     apiserver = ssl.create_default_context(cadata=base64.b64decode(bundle).decode())
     assert asyncio.run(handshake(server, apiserver, WEBHOOK_HOST)) == b"ok"
-    assert (
-        asyncio.run(handshake(server, apiserver, "pilotfish-extender.pilotfish-system.svc")) == b""
-    )
+    assert asyncio.run(handshake(server, apiserver, EXTENDER_HOST)) == b""
 
 
 @needs_helm
@@ -137,29 +142,3 @@ def test_each_install_without_a_secret_makes_its_own_ca() -> None:
     first = set(webhook_bundles(render(*LOCAL_IMAGE)))
     second = set(webhook_bundles(render(*LOCAL_IMAGE)))
     assert first != second  # generated, not a key shipped in the chart
-
-
-async def handshake(server: ssl.SSLContext, client: ssl.SSLContext, host: str) -> bytes:
-    """What a client reads from a TLS server that writes b"ok" (b"" when it refuses it)."""
-
-    async def answer(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            writer.write(b"ok")
-            await writer.drain()
-        finally:
-            writer.close()
-
-    listening = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=server)
-    port = listening.sockets[0].getsockname()[1]
-    try:
-        reader, writer = await asyncio.open_connection(
-            "127.0.0.1", port, ssl=client, server_hostname=host
-        )
-        try:
-            return await reader.read()
-        finally:
-            writer.close()
-    except (ssl.SSLError, ConnectionResetError):
-        return b""
-    finally:
-        listening.close()

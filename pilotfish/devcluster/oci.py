@@ -8,19 +8,19 @@ the archive's digest a function of its inputs, so it is cached like the Go binar
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
-import json
 import os
 import subprocess
 import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-MEDIA_CONFIG = "application/vnd.oci.image.config.v1+json"
-MEDIA_LAYER = "application/vnd.oci.image.layer.v1.tar"
+from pilotfish.devcluster import ocilayout
+
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Local names: "pilotfish.local" is no registry anyone resolves, so a pod using one of these
 # with imagePullPolicy IfNotPresent or Never runs the imported image and never pulls.
@@ -69,65 +69,17 @@ def _digest(data: bytes) -> str:
 
 
 def archive(entries: list[Entry], config: dict[str, Any], ref: str) -> bytes:
-    """The OCI archive (an image layout as a tar) of one single-layer linux/amd64 image,
-    its index entry named `ref` (containerd's and the OCI annotation)."""
-    layer = _layer(entries)
-    image_config = json.dumps(
-        {
-            "architecture": "amd64",
-            "os": "linux",
-            "config": config,
-            "rootfs": {"type": "layers", "diff_ids": [_digest(layer)]},
-        },
-        sort_keys=True,
-    ).encode()
-    manifest = json.dumps(
-        {
-            "schemaVersion": 2,
-            "mediaType": MEDIA_MANIFEST,
-            "config": {
-                "mediaType": MEDIA_CONFIG,
-                "digest": _digest(image_config),
-                "size": len(image_config),
-            },
-            "layers": [{"mediaType": MEDIA_LAYER, "digest": _digest(layer), "size": len(layer)}],
-        },
-        sort_keys=True,
-    ).encode()
-    index = json.dumps(
-        {
-            "schemaVersion": 2,
-            "manifests": [
-                {
-                    "mediaType": MEDIA_MANIFEST,
-                    "digest": _digest(manifest),
-                    "size": len(manifest),
-                    "platform": {"architecture": "amd64", "os": "linux"},
-                    "annotations": {
-                        "io.containerd.image.name": ref,
-                        "org.opencontainers.image.ref.name": ref.rsplit(":", 1)[-1],
-                    },
-                }
-            ],
-        },
-        sort_keys=True,
-    ).encode()
-    files = {
-        "oci-layout": b'{"imageLayoutVersion":"1.0.0"}',
-        "index.json": index,
-        **{f"blobs/sha256/{_digest(b)[7:]}": b for b in (layer, image_config, manifest)},
-    }
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name in ("blobs", "blobs/sha256"):
-            info = tarfile.TarInfo(name)
-            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, 0
-            tar.addfile(info)
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), 0o644, 0
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    """The OCI archive of one single-layer linux/amd64 image named `ref`, written the way the
+    Pilotfish image is (`ocilayout`: the layout, its index annotations, the archive)."""
+    tar = _layer(entries)
+    packed = gzip.compress(tar, mtime=0)
+    with tempfile.TemporaryDirectory(prefix="pilotfish-oci-") as tmp:
+        blob = Path(tmp) / "layer.tar.gz"
+        blob.write_bytes(packed)
+        layer = ocilayout.Layer(blob, _digest(packed), _digest(tar), len(packed))
+        layout = Path(tmp) / "layout"
+        ocilayout.write_layout(layout, [layer], config, ref=ref)
+        return ocilayout.write_archive(layout, Path(tmp) / "image.tar").read_bytes()
 
 
 def cached(name: str, entries: list[Entry], config: dict[str, Any], ref: str) -> Path:

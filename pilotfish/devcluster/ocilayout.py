@@ -186,6 +186,7 @@ def write_layout(
             {
                 "mediaType": MEDIA_MANIFEST,
                 **manifest_desc,
+                "platform": {"architecture": "amd64", "os": "linux"},
                 "annotations": {REF_NAME: tag, CONTAINERD_NAME: ref},
             }
         ],

@@ -292,8 +292,7 @@ def test_pods_keep_running_through_a_control_plane_outage(
     # kube-controller-manager's informers retry a minute's outage with client-go's backoff
     # and act again only a minute or more later (measured: 76 s): what is tested here is the
     # node, so it is restarted for the tests after this one, and shown acting.
-    supervisor.stop(layout, "kube-controller-manager")
-    supervisor.start(layout, plane["kube-controller-manager"], ready_timeout=120)
+    supervisor.restart(layout, plane["kube-controller-manager"])
     wait_for_controllers_back(env)
     coordination = k8s.CoordinationV1Api(env.api)
 

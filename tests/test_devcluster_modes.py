@@ -159,6 +159,30 @@ def test_a_components_env_reaches_its_process(tmp_path: Path) -> None:
         supervisor.stop(layout, "probe")
 
 
+def test_a_restart_waits_out_a_process_that_ignores_sigterm(tmp_path: Path) -> None:
+    """kube-controller-manager after an API server outage can outlive SIGTERM's grace; the
+    start after SIGKILL must not find the old process still holding its port."""
+    layout = Layout(tmp_path)
+    port = _free_port()
+    script = (
+        "import http.server, signal, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: time.sleep(0.5))\n"
+        f"http.server.HTTPServer(('127.0.0.1', {port}), "
+        "http.server.SimpleHTTPRequestHandler).serve_forever()\n"
+    )
+    c = Component(
+        "stubborn", (sys.executable, "-c", script), Health(f"http://127.0.0.1:{port}/"), port
+    )
+    try:
+        first = supervisor.start(layout, c, ready_timeout=30)
+        second = supervisor.restart(layout, c, ready_timeout=30, grace=0.3)
+        assert second.pid != first.pid
+        assert supervisor.running(layout, "stubborn") == second
+        assert supervisor.healthy(c.health)
+    finally:
+        supervisor.stop(layout, "stubborn", grace=0.3)
+
+
 class _Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, Component | str]] = []

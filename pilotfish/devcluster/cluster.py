@@ -328,9 +328,7 @@ def _restart_for_mode(layout: Layout, spec: ClusterSpec, bins: Path) -> None:
         restart += [c for c in hosts if c.name == "pilotfish-operator"]
     for c in restart:
         log.info("restarting", extra={"component": c.name, "node_lifecycle": spec.node_lifecycle})
-        supervisor.stop(layout, c.name)
-        wait_for(f"port {c.port} free", lambda c=c: not supervisor.port_in_use(c.port), 30)
-        supervisor.start(layout, c, ready_timeout=120)
+        supervisor.restart(layout, c)
 
 
 def _has_default_sa(api: k8s.ApiClient) -> bool:

@@ -41,6 +41,11 @@ Clock = Callable[[], float]
 log = logging.getLogger("pilotfish.supervise")
 
 
+# How long a killed process may take to exit, and a stopped one's port to come free.
+KILL_WAIT_SECONDS = 10.0
+PORT_FREE_SECONDS = 30.0
+
+
 class ComponentError(RuntimeError):
     """A component could not be started; the message names it and its log file."""
 
@@ -205,14 +210,43 @@ def stop(layout: Layout, name: str, grace: float = 10.0) -> bool:
         os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:
         return False
-    deadline = time.monotonic() + grace
+    if _gone_within(proc, grace):
+        return True
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    # SIGKILL is delivered, not done: until the process has exited it still holds its
+    # listening sockets, and a start right after would find its port taken.
+    if not _gone_within(proc, KILL_WAIT_SECONDS):
+        raise ComponentError(
+            f"{name}: pid {proc.pid} still alive {KILL_WAIT_SECONDS:.0f}s after SIGKILL"
+        )
+    return True
+
+
+def _gone_within(proc: Running, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if _proc_start(proc.pid) != proc.started or _proc_state(proc.pid) in ("Z", "X"):
             return True
         time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    return True
+    return False
+
+
+def restart(
+    layout: Layout, c: Component, ready_timeout: float = 120.0, grace: float = 10.0
+) -> Running:
+    """Stop `c` if it runs, wait until its port is free (a process that forked a listener
+    can leave it behind for a moment), then start it afresh."""
+    stop(layout, c.name, grace)
+    deadline = time.monotonic() + PORT_FREE_SECONDS
+    while port_in_use(c.port):
+        if time.monotonic() > deadline:
+            raise ComponentError(
+                f"{c.name}: port 127.0.0.1:{c.port} still in use {PORT_FREE_SECONDS:.0f}s after "
+                "it was stopped"
+            )
+        time.sleep(0.2)
+    return start(layout, c, ready_timeout=ready_timeout)
 
 
 # --- supervising one host process, as the kubelet restarts a container ----------------------

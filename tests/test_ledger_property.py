@@ -133,7 +133,7 @@ class Cluster:
             self.pods[running[pick % len(running)]].state = "finished"
 
     def settle(self) -> None:
-        charges = [ledger.charge_of(p.obj()) for p in self.pods.values()]
+        charges = ledger.TeamCharges.of(ledger.charge_of(p.obj()) for p in self.pods.values())
         for r in Ledger.of(self.tq()).reservations:
             self.ages.setdefault(r.uid, 0.0)
         plan = quota_decide(self.tq(), charges, self.ages)

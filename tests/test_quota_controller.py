@@ -67,8 +67,8 @@ def tq(*reservations: Obj, team: str = "t", name: str = "t") -> Obj:
     }
 
 
-def charges(*pods: Obj) -> list[ledger.Charge]:
-    return [ledger.charge_of(p) for p in pods]
+def charges(*pods: Obj) -> ledger.TeamCharges:
+    return ledger.TeamCharges.of(ledger.charge_of(p) for p in pods)
 
 
 # --- decide (pure) -------------------------------------------------------------------------
@@ -119,9 +119,9 @@ def test_reservation_of_a_pod_never_seen_is_returned_ttl_after_it_was_first_seen
     # The stamp written by admission is never compared with this machine's clock.
     stamped_long_ago = reservation("soon", "1", "2020-01-01T00:00:00Z")
     ages = {"gone": RESERVATION_TTL_SECONDS + 1, "soon": 5.0}
-    status = desired_status(tq(reservation("gone", "1"), stamped_long_ago), [], ages)
+    status = desired_status(tq(reservation("gone", "1"), stamped_long_ago), charges(), ages)
     assert [r["uid"] for r in status["reservations"]] == ["soon"]
-    assert next_expiry({"status": status}, [], ages) == RESERVATION_TTL_SECONDS - 5
+    assert next_expiry({"status": status}, charges(), ages) == RESERVATION_TTL_SECONDS - 5
     assert next_expiry({"status": status}, charges(pod("soon", "1", gated=True)), ages) is None
 
 

@@ -137,7 +137,7 @@ class QuotaController:
             self.last_write.pop(name, None)
             self.exported.forget(name)
             return DONE
-        charges = list(self.charges.charges(self._namespaces_of(team_of_quota(tq))))
+        charges = self.charges.team(self._namespaces_of(team_of_quota(tq)))
         ages = self._ages(name, tq)
         plan = decide(tq, charges, ages)
         self.exported.export(name, tq if plan is None else {**tq, "status": plan.status})

@@ -9,14 +9,14 @@ costs no writes.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final
 
 from pilotfish import ledger, names, quota
 from pilotfish.api.teamquota import SUMMARY_MAX_LENGTH
-from pilotfish.ledger import RESERVATION_TTL_SECONDS, Charge, Ledger
+from pilotfish.ledger import RESERVATION_TTL_SECONDS, Ledger, TeamCharges
 
 # Shown for every band, limited or not; GPUs and extended resources only when limited or held.
 ALWAYS_SHOWN: Final = ("cpu", "memory", "pods")
@@ -54,14 +54,15 @@ def band_summary(limits: quota.Resources | None, held: quota.Resources) -> str:
 
 
 def desired_status(
-    tq: Mapping[str, Any], charges: Iterable[Charge], ages: Mapping[str, float]
+    tq: Mapping[str, Any], charges: TeamCharges, ages: Mapping[str, float]
 ) -> dict[str, Any]:
     """The TeamQuota's status from the team's pods; `ages`: seconds since this controller
     first saw each reservation (a reservation of a pod not seen expires by it)."""
-    by_uid = {c.uid: c for c in charges}
     book = Ledger.of(tq)
-    used = ledger.used_of(by_uid.values())
-    kept = ledger.settle(book, by_uid, lambda uid: ages.get(uid, 0.0) >= RESERVATION_TTL_SECONDS)
+    used = dict(charges.used)
+    kept = ledger.settle(
+        book, charges.by_uid, lambda uid: ages.get(uid, 0.0) >= RESERVATION_TTL_SECONDS
+    )
     after = dataclasses.replace(book, used=used, reservations=kept)
     return {
         **(tq.get("status") or {}),
@@ -73,7 +74,7 @@ def desired_status(
 
 
 def decide(
-    tq: Mapping[str, Any], charges: Iterable[Charge], ages: Mapping[str, float]
+    tq: Mapping[str, Any], charges: TeamCharges, ages: Mapping[str, float]
 ) -> StatusPlan | None:
     status = desired_status(tq, charges, ages)
     if status == (tq.get("status") or {}):
@@ -83,14 +84,13 @@ def decide(
 
 
 def next_expiry(
-    tq: Mapping[str, Any], charges: Iterable[Charge], ages: Mapping[str, float]
+    tq: Mapping[str, Any], charges: TeamCharges, ages: Mapping[str, float]
 ) -> float | None:
     """Seconds until the first reservation of a pod not seen runs out, so the controller
     wakes then (a reservation of a pod that exists waits for the pod, not the clock)."""
-    seen = {c.uid for c in charges}
     left = [
         max(0.0, RESERVATION_TTL_SECONDS - ages.get(r.uid, 0.0))
         for r in Ledger.of(tq).reservations
-        if r.uid not in seen
+        if r.uid not in charges.by_uid
     ]
     return min(left) if left else None

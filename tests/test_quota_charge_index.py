@@ -13,29 +13,17 @@ from pilotfish import ledger
 from pilotfish.operators.quota.decide import desired_status
 from pilotfish.operators.quota.model import ChargeIndex
 from pilotfish.quota import Resources
+from tests.test_quota_controller import pod as quota_pod
 
 NAMESPACES = ("a", "b", "c")
 TEAM = ("a", "b")  # "c" belongs to another team: never in the team's sums
 
 
 def pod(ns: str, name: str, uid: str, cpu: int, memory: int, band: str, state: str) -> Any:
-    spec: dict[str, Any] = {
-        "containers": [
-            {"name": "c", "resources": {"requests": {"cpu": f"{cpu}m", "memory": f"{memory}Mi"}}}
-        ]
-    }
-    if state == "gated":
-        spec["schedulingGates"] = [{"name": "gates.pilotfish.io/quota"}]
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "uid": uid,
-            "labels": {"pilotfish.io/band": band},
-        },
-        "spec": spec,
-        "status": {"phase": "Succeeded" if state == "finished" else "Running"},
-    }
+    phase = "Succeeded" if state == "finished" else "Running"
+    return quota_pod(
+        uid, f"{cpu}m", band, phase, ns, state == "gated", name=name, memory=f"{memory}Mi"
+    )
 
 
 events = st.lists(

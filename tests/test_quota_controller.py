@@ -33,13 +33,16 @@ def pod(
     phase: str = "Running",
     ns: str = "ns",
     gated: bool = False,
+    name: str | None = None,
+    memory: str | None = None,
 ) -> Obj:
-    spec: Obj = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
+    requests = {"cpu": cpu} | ({"memory": memory} if memory else {})
+    spec: Obj = {"containers": [{"name": "c", "resources": {"requests": requests}}]}
     if gated:
         spec["schedulingGates"] = [{"name": QUOTA_GATE}]
     return {
         "metadata": {
-            "name": uid,
+            "name": name or uid,
             "namespace": ns,
             "uid": uid,
             "labels": {"pilotfish.io/band": band},

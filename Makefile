@@ -34,21 +34,25 @@ unit: $(STAMP) binaries  # binaries: the chart tests render with the pinned helm
 	$(PY) -m pytest tests -q -n auto
 
 # The modules that silence machines mostly wait out failure timings (40-100 s): they run on a
-# cluster of their own (ports shifted by 1500) beside the rest of the suite, and their output
-# follows the suite's. The real node's tests (root; one real node per host) run on that
-# cluster too, which then starts the node (`pilotfish dev up --real-node`); then, once it is
-# down, the chart installed in-cluster on a real node of its own cluster (marker incluster).
+# cluster of their own (ports shifted by 1500) beside the rest of the suite. The real node's
+# tests (root; one real node per host) run beside both on a third cluster (ports shifted by
+# 3000) that starts the node (`pilotfish dev up --real-node`); once it is down, the chart is
+# installed in-cluster on a real node of its own cluster (marker incluster). The side
+# streams' output follows the suite's.
 LOSTNODES_LOG := build/e2e-lostnodes.log
+REALNODE_LOG := build/e2e-realnode.log
 e2e: $(STAMP) binaries
 	@mkdir -p build
-	@(PILOTFISH_E2E_PORT_OFFSET=1500 $(PY) -m pytest e2e -q -m "lostnodes or realnode" --durations=10; a=$$?; \
-	  PILOTFISH_E2E_PORT_OFFSET=1500 $(PY) -m pytest e2e -q -m incluster --durations=5; b=$$?; \
-	  test $$a -eq 0 && test $$b -eq 0) > $(LOSTNODES_LOG) 2>&1 & \
-	lost=$$!; \
+	@PILOTFISH_E2E_PORT_OFFSET=1500 $(PY) -m pytest e2e -q -m lostnodes --durations=10 \
+	  > $(LOSTNODES_LOG) 2>&1 & lost=$$!; \
+	(PILOTFISH_E2E_PORT_OFFSET=3000 $(PY) -m pytest e2e -q -m realnode --durations=5; a=$$?; \
+	  PILOTFISH_E2E_PORT_OFFSET=3000 $(PY) -m pytest e2e -q -m incluster --durations=5; b=$$?; \
+	  test $$a -eq 0 && test $$b -eq 0) > $(REALNODE_LOG) 2>&1 & real=$$!; \
 	$(PY) -m pytest e2e -q -m "not lostnodes and not realnode and not incluster" --durations=15; main=$$?; \
-	wait $$lost; lostrc=$$?; \
-	echo "--- e2e -m 'lostnodes or realnode', then -m incluster (own clusters) ---"; cat $(LOSTNODES_LOG); \
-	test $$main -eq 0 && test $$lostrc -eq 0
+	wait $$lost; lostrc=$$?; wait $$real; realrc=$$?; \
+	echo "--- e2e -m lostnodes (own cluster) ---"; cat $(LOSTNODES_LOG); \
+	echo "--- e2e -m realnode, then -m incluster (own clusters) ---"; cat $(REALNODE_LOG); \
+	test $$main -eq 0 && test $$lostrc -eq 0 && test $$realrc -eq 0
 
 # Every benchmark (a benchmarks/*.py module with a main; the others are shared modules), each
 # printing one JSON object, kept in benchmarks/results/<name>.json; then one table of every

@@ -51,12 +51,12 @@ def delta(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]
 
 
 async def scrape(rest: Rest, levels: tuple[str, ...]) -> dict[str, dict[str, float]]:
-    resp = await rest.api.call_api(
-        "/metrics",
+    resp = await rest.api.send(
         "GET",
-        header_params={"Accept": "text/plain"},
-        auth_settings=["BearerToken"],
-        _preload_content=False,
-        _return_http_data_only=True,
+        "/metrics",
+        params=None,
+        headers={"Accept": "text/plain"},
+        body=None,
+        request_timeout=30,
     )
     return parse((await resp.read()).decode(), levels)

@@ -188,14 +188,13 @@ async def setup(rest: Rest, flood_users: list[str], writer: str) -> None:
 
 async def classification(rest: Rest, user: str) -> dict[str, str | None]:
     """The FlowSchema and priority level the API server puts `user`'s writes in now."""
-    resp = await rest.api.call_api(
-        "/api/v1/namespaces/team-b/configmaps/probe",
+    resp = await rest.api.send(
         "PATCH",
-        header_params={"Impersonate-User": user, "Content-Type": "application/merge-patch+json"},
+        "/api/v1/namespaces/team-b/configmaps/probe",
+        params=None,
+        headers={"Impersonate-User": user, "Content-Type": "application/merge-patch+json"},
         body={"data": {"probe": str(time.time())}},
-        auth_settings=["BearerToken"],
-        _preload_content=False,
-        _return_http_data_only=True,
+        request_timeout=30,
     )
     await resp.read()
     by_uid: dict[str, str] = {}

@@ -213,7 +213,7 @@ def kopf_import_mb() -> float | None:
     """What importing kopf adds to a process that already has the operator's other libraries
     (each measured in a fresh interpreter): kopf's floor, before it watches anything. None
     when kopf is not installed."""
-    base = "import aiohttp, kubernetes_asyncio.client, prometheus_client, pilotfish.kube.rest"
+    base = "import aiohttp, prometheus_client, pilotfish.kube.rest"
     probe = "; print(open('/proc/self/status').read())"
     rss = []
     for code in (base, base + ", kopf"):

@@ -12,7 +12,9 @@ the process keeps one watch per view whatever kopf does. What kopf is told, and 
 - its finalizer is `pilotfish.io/maintenance`, its progress and diff-base annotations live
   under `maintenance.pilotfish.io/`, and it neither scans CRDs nor watches namespaces (the
   chart grants neither);
-- it logs in with the credentials of the process's own API client (`pilotfish.kube.client`:
+- it is imported without the official Kubernetes clients (`pilotfish.importing`), which it
+  would load only to recognise their objects;
+- it logs in with the credentials of the process's own transport (`pilotfish.kube.client`:
   the kubeconfig, or the in-cluster ServiceAccount token, re-read on every login so a
   rotated token is picked up when kopf sees a 401).
 
@@ -29,10 +31,13 @@ import signal
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
-import kopf
-
 from pilotfish import names
+from pilotfish.importing import without
+
+with without("kubernetes", "kubernetes_asyncio"):
+    import kopf
 from pilotfish.kube.rest import NODEMAINTENANCES, Rest
+from pilotfish.kube.transport import HttpTransport
 
 log = logging.getLogger("pilotfish.maintenance.kopf")
 
@@ -71,24 +76,26 @@ def settings() -> kopf.OperatorSettings:
 
 
 async def connection(rest: Rest) -> kopf.ConnectionInfo:
-    """kopf's credentials, from the process's own API client configuration."""
-    cfg = rest.api.configuration
-    header = await cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
-    scheme, token = None, None
-    if header:
-        parts = str(header).split(" ", 1)
-        scheme, token = (parts[0], parts[1]) if len(parts) == 2 else ("Bearer", parts[0])
+    """kopf's credentials: the process's own (`pilotfish.kube.credentials`)."""
+    api = rest.api
+    if not isinstance(api, HttpTransport):
+        raise TypeError(f"kopf logs in with a component's HttpTransport, not {type(api).__name__}")
+    c = api.credentials
+    token = c.bearer(fresh=True)
     return kopf.ConnectionInfo(
-        server=str(cfg.host),
-        ca_path=cfg.ssl_ca_cert or None,
-        insecure=not cfg.verify_ssl,
-        scheme=scheme,
+        server=c.server,
+        ca_path=c.ca_file,
+        ca_data=c.ca_data,
+        insecure=c.insecure,
+        scheme="Bearer" if token else None,
         token=token,
-        certificate_path=cfg.cert_file or None,
-        private_key_path=cfg.key_file or None,
+        certificate_path=c.cert_file,
+        certificate_data=c.cert_data,
+        private_key_path=c.key_file,
+        private_key_data=c.key_data,
         # As the process's client would go: the kubeconfig's proxy, else the environment's
         # (kopf's few requests can afford aiohttp's per-request lookup).
-        proxy_url=cfg.proxy or None,
+        proxy_url=c.proxy,
         trust_env=True,
     )
 

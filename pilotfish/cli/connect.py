@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from kubernetes_asyncio.config.kube_config import ConfigNode, KubeConfigLoader, 
 from multidict import CIMultiDict
 
 from pilotfish.kube.rest import Rest
+from pilotfish.kube.transport import query
 
 SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 # A context made up from --cluster/--user when the kubeconfig names no usable one.
@@ -249,6 +251,29 @@ class ConnectedApiClient(client.ApiClient):  # type: ignore[misc]
         if self.request_timeout:
             kw["_request_timeout"] = self.request_timeout
         return await super().request(method, url, query_params=query_params, headers=merged, **kw)
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None,
+        headers: dict[str, str],
+        body: Any,
+        request_timeout: float | None,
+    ) -> Any:
+        """`pilotfish.kube.transport.Transport` over this client (see `Rest`)."""
+        return await self.call_api(
+            path,
+            method,
+            query_params=query(params),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+            _request_timeout=request_timeout,
+        )
 
 
 async def rest_client(target: Target) -> Rest:

@@ -1,11 +1,12 @@
-"""Async API client set-up shared by every long-running part."""
+"""The API connection every long-running part makes at start."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from kubernetes_asyncio import client, config
+from pilotfish.kube import credentials
+from pilotfish.kube.transport import HttpTransport
 
 # The environment variables through which aiohttp would find a proxy or netrc credentials.
 PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "WS_PROXY", "WSS_PROXY", "NO_PROXY")
@@ -19,24 +20,10 @@ def environment_matters(env: dict[str, str] | None = None, home: Path | None = N
     return ((home or Path.home()) / ".netrc").exists()
 
 
-def trust_environment(api: client.ApiClient, trust: bool) -> None:
-    """kubernetes-asyncio's session trusts the environment, so aiohttp looks up a proxy and
-    netrc credentials in a worker thread on every request: two thread hops per request, a
-    fifth of the operator's CPU under a batch job's writes (py-spy). With neither
-    configured there is nothing to find, so the lookups are turned off (once, at start)."""
-    api.rest_client.pool_manager._trust_env = trust
+async def api_client(kubeconfig: str | None = None) -> HttpTransport:
+    """A transport from an explicit kubeconfig, $KUBECONFIG, or the in-cluster ServiceAccount.
 
-
-async def api_client(kubeconfig: str | None = None) -> client.ApiClient:
-    """A client from an explicit kubeconfig, $KUBECONFIG, or the in-cluster ServiceAccount."""
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    cfg = client.Configuration()
-    if path:
-        await config.load_kube_config(config_file=path, client_configuration=cfg)
-    else:
-        config.load_incluster_config(client_configuration=cfg)
-    # The default pool of 4 connections serialises a controller's writes behind its watches.
-    cfg.connection_pool_maxsize = 32
-    api = client.ApiClient(configuration=cfg)
-    trust_environment(api, environment_matters())
-    return api
+    aiohttp looks proxies and netrc credentials up in a worker thread on every request when
+    trusting the environment: two thread hops per request, a fifth of the operator's CPU under
+    a batch job's writes (py-spy); with neither configured there is nothing to find."""
+    return HttpTransport(credentials.load(kubeconfig), trust_env=environment_matters())

@@ -1,4 +1,4 @@
-"""Raw-dict REST calls on top of kubernetes-asyncio's connection and auth handling.
+"""Raw-dict REST calls over the process's transport (`pilotfish.kube.transport`).
 
 Hot paths skip the generated model classes (ARCHITECTURE section 3): bodies go out and come
 back as plain dicts, errors come back as one exception type carrying the API's Status.
@@ -15,8 +15,8 @@ from typing import Any
 from urllib.parse import quote
 
 import orjson
-from kubernetes_asyncio import client
 
+from pilotfish.kube.transport import Transport
 from pilotfish.names import GROUP, VERSION
 
 JSON = "application/json"
@@ -97,9 +97,9 @@ def _error(status: int, raw: bytes) -> ApiError:
 
 
 class Rest:
-    """A thin raw-dict client; one per process, sharing the ApiClient's connection pool."""
+    """A thin raw-dict client; one per process, sharing the transport's connection pool."""
 
-    def __init__(self, api: client.ApiClient, impersonate: str | None = None) -> None:
+    def __init__(self, api: Transport, impersonate: str | None = None) -> None:
         self.api = api
         self.impersonate = impersonate
 
@@ -128,16 +128,8 @@ class Rest:
         headers = self._headers()
         if body is not None:
             headers["Content-Type"] = content_type
-        resp = await self.api.call_api(
-            path,
-            method,
-            query_params=list((params or {}).items()),
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _return_http_data_only=True,
-            _request_timeout=request_timeout,
+        resp = await self.api.send(
+            method, path, params=params, headers=headers, body=body, request_timeout=request_timeout
         )
         raw = await resp.read()
         if resp.status >= 300:
@@ -205,15 +197,13 @@ class Rest:
             "resourceVersion": resource_version,
             "timeoutSeconds": timeout_seconds,
         }
-        resp = await self.api.call_api(
-            path,
+        resp = await self.api.send(
             "GET",
-            query_params=list(q.items()),
-            header_params=self._headers(),
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _return_http_data_only=True,
-            _request_timeout=timeout_seconds + 30,
+            path,
+            params=q,
+            headers=self._headers(),
+            body=None,
+            request_timeout=timeout_seconds + 30,
         )
         try:
             if resp.status >= 300:

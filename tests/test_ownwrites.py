@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+from pilotfish.kube.informer import Informer
 from pilotfish.kube.ownwrites import OwnWrites
+from pilotfish.kube.rest import PODS, Rest
 from pilotfish.timeutil import FakeClock
 
 
@@ -35,10 +37,14 @@ def test_an_answer_that_comes_after_its_event_and_a_later_one_does_not_stall() -
     """Created, then bound by the scheduler, both seen by the watch before the create's
     answer arrived: the informer shows neither the written version nor its absence."""
     t = OwnWrites("t", FakeClock())
-    t.observe("ADDED", obj("p", "898"))
-    t.observe("MODIFIED", obj("p", "899"))
+    inf = Informer(cast(Rest, None), PODS)
+    t.watch(inf)
+    inf._apply({"type": "ADDED", "object": obj("p", "898")})
+    inf._apply({"type": "MODIFIED", "object": obj("p", "899")})
     t.wrote("a/p", obj("p", "898"), owner="web")
     assert t.settled("web")
+    t.wrote("a/p", obj("p", "897"), owner="api")  # never seen: stale
+    assert not t.settled("api")
 
 
 def test_a_relist_after_the_write_or_the_ttl_ends_the_wait() -> None:

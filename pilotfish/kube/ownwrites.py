@@ -15,7 +15,6 @@ it started) clears it, and a record older than `ttl` expires with a warning.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,10 +23,6 @@ from pilotfish.kube.informer import Informer, Obj, object_key
 from pilotfish.timeutil import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger("pilotfish.ownwrites")
-
-# How many of the latest events' (key, resourceVersion) a tracker remembers: more than a
-# write's round trip can see go by, even in a burst.
-RECENT_EVENTS = 8192
 
 
 @dataclass
@@ -55,10 +50,6 @@ class OwnWrites:
         self._writes: dict[str, _Write] = {}
         self._owners: dict[str, set[str]] = {}
         self._informers: list[Informer] = []
-        # (key, resourceVersion) of the latest events, for writes whose answer comes back
-        # after their own watch event and after a later one (a pod bound the moment it was
-        # created): the informer then shows neither "this version" nor "not yet".
-        self._recent: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     def watch(self, informer: Informer) -> None:
         """Clear records from this informer's events and relists."""
@@ -84,7 +75,10 @@ class OwnWrites:
         self._owners.setdefault(w.owner, set()).add(key)
 
     def _visible(self, key: str, rv: str | None) -> bool:
-        if rv is not None and (key, rv) in self._recent:
+        # The informers' latest events, for writes whose answer comes back after their own
+        # watch event and after a later one (a pod bound the moment it was created): the
+        # store then shows neither "this version" nor "not yet".
+        if rv is not None and any(i.saw(key, rv) for i in self._informers):
             return True
         if not self._informers:
             return False
@@ -95,11 +89,6 @@ class OwnWrites:
 
     def observe(self, kind: str, obj: Obj) -> None:
         key = object_key(obj)
-        rv_seen = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-        if rv_seen and kind != "SYNC":
-            self._recent[(key, rv_seen)] = None
-            while len(self._recent) > RECENT_EVENTS:
-                self._recent.popitem(last=False)
         w = self._writes.get(key)
         if w is None:
             return

@@ -206,3 +206,53 @@ async def test_the_next_sync_starts_where_a_clean_one_left_off_and_a_refusal_res
         assert key not in w.ctrl.executor.next_batch  # back to 1
     finally:
         await w.stop()
+
+
+def test_pods_in_flight_longer_than_the_horizon_do_not_spiral_the_pace_down() -> None:
+    # Little's law: pods that take `latency` s to bind keep rate * latency in flight. With
+    # 2 s of binds (plus a sync) as the whole allowance, a 5 s latency cut the rate to 2.5/5
+    # of itself each round, down to the floor (benchmarks/scale's last jobs at 0.3 pods/s);
+    # with the shortest latency in the allowance the pace holds or grows.
+    period, latency = 0.5, 5.0
+    for allowed in (0.0, latency):
+        rate = 40.0
+        for _ in range(30):
+            rate = in_flight_limit(rate, period, allowed) / latency
+        if allowed:
+            assert rate >= 40.0
+        else:
+            assert rate <= MIN_IN_FLIGHT / latency
+
+
+def test_the_window_remembers_its_shortest_measured_latency() -> None:
+    rate = BindRate(started=0.0)
+    assert rate.shortest_latency(1.0) == 0.0
+    rate.bound(1.0, None)  # bound before this process saw it unbound: not measured
+    rate.bound(2.0, 3.0)
+    rate.bound(3.0, 1.5)
+    rate.bound(4.0, 2.0)
+    assert rate.shortest_latency(4.0) == 1.5
+    assert rate.shortest_latency(13.5) == 2.0  # the 1.5 s bind left the 10 s window
+    assert in_flight_limit(10.0, 0.5, 4.0) == 80  # 2 x 4 s beats 2.5 s
+
+
+async def test_a_scheduler_slower_than_the_horizon_still_gets_a_growing_pipeline() -> None:
+    # Every pod binds 5 s after it is created (a busy scheduler's steady latency): the
+    # controller measures that from its informer and keeps 2 x 5 s of binds in flight, so
+    # the rate climbs; with 2.5 s of binds it would stay at the floor, MIN_IN_FLIGHT / 5 s.
+    w = await world(batch(completions=20_000, parallelism=20_000))
+    try:
+        born: dict[str, float] = {}
+        for _ in range(120):  # a minute of half-second syncs
+            now = w.clock.monotonic()
+            for p in w.api.unbound():
+                name = p["metadata"]["name"]
+                if now - born.setdefault(name, now) >= 5.0:
+                    w.api.bind(name)
+            w.clock.advance(0.5)
+            await w.converge()
+        pacing = w.api.status()["pacing"]
+        assert pacing["bindsPerSecond"] > 5 * MIN_IN_FLIGHT / 5.0
+        assert len(w.api.unbound()) <= MAX_IN_FLIGHT
+    finally:
+        await w.stop()

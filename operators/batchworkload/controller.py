@@ -121,6 +121,9 @@ class BatchWorkloadController:
         self.executor = Executor(rt.batch_rest, self.writes, rt.events.scoped(REPORTING_CONTROLLER))
         self.pods_of: dict[str, set[str]] = {}
         self.failed_at: dict[str, float] = {}  # pod uid -> monotonic time first seen Failed
+        # pod key -> monotonic time this process first saw the task unbound and ungated
+        # (its created→bound time, for pacing)
+        self.unbound_since: dict[str, float] = {}
         self.last_sync: dict[str, float] = {}
         self.sync_period: dict[str, float] = {}  # between the job's syncs, smoothed
         # Pods seen turning Succeeded since the job's last sync: enough of them may complete
@@ -180,12 +183,19 @@ class BatchWorkloadController:
         if after is not None:
             self.pods_of.setdefault(after, set()).add(key)
             was_bound = bool(((old or {}).get("spec") or {}).get("nodeName"))
-            if not was_bound and (obj.get("spec") or {}).get("nodeName"):
-                self.pacer.bound(after, now)
+            spec = obj.get("spec") or {}
+            if spec.get("schedulingGates"):  # held, not yet in front of the scheduler
+                self.unbound_since.pop(key, None)
+            elif not spec.get("nodeName"):
+                self.unbound_since.setdefault(key, now)
+            elif not was_bound:
+                since = self.unbound_since.pop(key, None)
+                self.pacer.bound(after, now, None if since is None else now - since)
             if _phase(obj) == "Succeeded" and _phase(old) != "Succeeded":
                 self.succeeded_since_sync[after] = self.succeeded_since_sync.get(after, 0) + 1
         if kind == "DELETED":
             self.failed_at.pop(str((obj.get("metadata") or {}).get("uid")), None)
+            self.unbound_since.pop(key, None)
         for owner in {before, after}:
             if owner is not None:
                 self.queue.add(owner)

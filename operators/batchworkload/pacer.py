@@ -22,8 +22,8 @@ class Pacer:
         # Each job's bind rate when production began arriving: what its yield is a share of.
         self.unyielded_rate: dict[str, float] = {}
 
-    def bound(self, job: str, now: float) -> None:
-        self.rates.setdefault(job, BindRate(now)).bound(now)
+    def bound(self, job: str, now: float, latency: float | None = None) -> None:
+        self.rates.setdefault(job, BindRate(now)).bound(now, latency)
 
     def pace(
         self,
@@ -35,8 +35,9 @@ class Pacer:
     ) -> Pace:
         """`creation_rate`: the job's spec.creationRate (None: unset); `sync_period`: its
         smoothed seconds between syncs."""
-        rate = self.rates.setdefault(job, BindRate(now)).per_second(now)
-        limit = in_flight_limit(rate, sync_period)
+        binds = self.rates.setdefault(job, BindRate(now))
+        rate = binds.per_second(now)
+        limit = in_flight_limit(rate, sync_period, binds.shortest_latency(now))
         held = self.production.count(now)
         held_wait = self.production.until_aged_out(now)
         yielded: float | None = None

@@ -18,6 +18,14 @@ faster than the horizon, so it stays well above an unloaded scheduler's created�
 (~0.2 s). One placing none (a full cluster) keeps MIN_IN_FLIGHT, enough to notice capacity
 coming back. All durations are on the monotonic clock.
 
+A pod in flight for longer than the horizon spirals the pace down the same way (Little's
+law: a job binding r pods/s whose pods take L s to bind holds r·L in flight; a limit of
+r·2 s < r·L lets it bind only 2/L of what it did, sync after sync): at 1,000 nodes the last
+jobs of `benchmarks/scale` fell to 0.3 pods/s. So the allowance is at least LATENCY_GAIN
+times the *shortest* created→bound time of the window, as seen by this process: the part
+of the latency no queue adds (BBR's min-RTT reasoning), which a longer queue cannot inflate,
+so the limit keeps room for the pipeline and no more than as much again for a queue.
+
 Also here: `creationRate` (a token bucket) and the retry backoff of a failed index (the Job
 controller's: base * 2^(failures-1), capped at six minutes).
 """
@@ -34,6 +42,7 @@ HORIZON_SECONDS: Final = 2.0
 MIN_IN_FLIGHT: Final = 10
 MAX_IN_FLIGHT: Final = 400
 MAX_SYNC_PERIOD_SECONDS: Final = 5.0
+LATENCY_GAIN: Final = 2.0
 # Binds remembered per job at most (the window at a very high bind rate).
 MAX_SAMPLES: Final = 20_000
 
@@ -42,18 +51,22 @@ BACKOFF_MAX_SECONDS: Final = 360.0
 
 
 class BindRate:
-    """Binds of one job's pods seen by the pod informer, over a sliding window."""
+    """Binds of one job's pods seen by the pod informer, over a sliding window, each with
+    its created→bound time when this process saw the pod unbound first (else None)."""
 
     def __init__(self, started: float) -> None:
         self.started = started
-        self._binds: deque[float] = deque(maxlen=MAX_SAMPLES)
+        self._binds: deque[tuple[float, float | None]] = deque(maxlen=MAX_SAMPLES)
 
-    def bound(self, at: float) -> None:
-        self._binds.append(at)
+    def bound(self, at: float, latency: float | None = None) -> None:
+        self._binds.append((at, latency))
+
+    def _trim(self, now: float) -> None:
+        while self._binds and self._binds[0][0] < now - WINDOW_SECONDS:
+            self._binds.popleft()
 
     def per_second(self, now: float) -> float:
-        while self._binds and self._binds[0] < now - WINDOW_SECONDS:
-            self._binds.popleft()
+        self._trim(now)
         if not self._binds:
             return 0.0
         # A job younger than the window is measured over its own age (at least one second,
@@ -61,11 +74,18 @@ class BindRate:
         span = max(1.0, min(WINDOW_SECONDS, now - self.started))
         return len(self._binds) / span
 
+    def shortest_latency(self, now: float) -> float:
+        """The window's shortest created→bound time (0 with none measured)."""
+        self._trim(now)
+        return min((lat for _, lat in self._binds if lat is not None), default=0.0)
 
-def in_flight_limit(binds_per_second: float, sync_period: float = 0.0) -> int:
+
+def in_flight_limit(binds_per_second: float, sync_period: float = 0.0, latency: float = 0.0) -> int:
     """`sync_period`: seconds between the job's syncs, smoothed (its part is capped, so one
-    long pause does not open the gates wide)."""
-    allowance = HORIZON_SECONDS + min(max(sync_period, 0.0), MAX_SYNC_PERIOD_SECONDS)
+    long pause does not open the gates wide); `latency`: the shortest created→bound time
+    of the window."""
+    horizon = HORIZON_SECONDS + min(max(sync_period, 0.0), MAX_SYNC_PERIOD_SECONDS)
+    allowance = max(horizon, LATENCY_GAIN * max(latency, 0.0))
     wanted = math.ceil(binds_per_second * allowance)
     return max(MIN_IN_FLIGHT, min(MAX_IN_FLIGHT, wanted))
 

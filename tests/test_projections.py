@@ -1,5 +1,5 @@
-"""The process-wide projections keep what the controllers read, drop the rest, and share
-repeated strings across objects (what lets one operator hold 30,000 pods)."""
+"""The process-wide projections keep what the controllers read, drop the rest, and intern
+the strings that repeat across objects (sub-trees: `test_projection_sharing`)."""
 
 from __future__ import annotations
 
@@ -64,6 +64,12 @@ def full_pod(i: int) -> dict[str, Any]:
             "containerStatuses": [{"name": "app", "ready": True, "state": {"running": {}}}],
         },
     }
+
+
+def decoded(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` as the informer gets it: its own objects, no string shared with another's."""
+    out: dict[str, Any] = json.loads(json.dumps(obj))
+    return out
 
 
 def test_pod_keeps_what_controllers_read_and_nothing_large() -> None:

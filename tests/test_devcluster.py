@@ -118,6 +118,15 @@ def test_fleet_balances_zones_and_names_are_unique(count: int) -> None:
     assert all(n["metadata"]["labels"][names.LABEL_FAKE_NODE] == "true" for n in fleet)
 
 
+def test_kwok_renews_leases_from_a_worker_per_25_nodes() -> None:
+    # 1,000 nodes renew 100 leases a second: from 4 workers they lapsed under load and every
+    # zone went silent; each worker renews 2.5 a second at most.
+    assert components.kwok_options(Ports())["nodeLeaseParallelism"] == 4
+    assert components.kwok_options(Ports(), 12)["nodeLeaseParallelism"] == 4
+    assert components.kwok_options(Ports(), 1000)["nodeLeaseParallelism"] == 40
+    assert components.kwok_options(Ports(), 1001)["nodeLeaseParallelism"] == 41
+
+
 def test_kwok_config_has_the_stages(tmp_path: Path) -> None:
     for rel in components.KWOK_STAGES:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)

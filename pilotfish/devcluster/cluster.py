@@ -119,7 +119,7 @@ def _write_configs(layout: Layout, spec: ClusterSpec, bins: Path) -> None:
         yaml.safe_dump(components.scheduler_config(layout, p))
     )
     (layout.config / "kwok.yaml").write_text(
-        yaml.safe_dump_all(components.kwok_config(binaries.kwok_stage_dir(bins), p))
+        yaml.safe_dump_all(components.kwok_config(binaries.kwok_stage_dir(bins), p, spec.nodes))
     )
     prometheus.write_config(layout, p, spec.settings)
     (layout.config / "audit-policy.yaml").write_text(yaml.safe_dump(components.AUDIT_POLICY))

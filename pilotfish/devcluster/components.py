@@ -7,6 +7,7 @@ and config documents. `supervisor` starts them; tests read them without starting
 from __future__ import annotations
 
 import dataclasses
+import math
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,13 @@ KWOK_STAGES = (
 )
 # How long a fake node's lease lasts; kwok renews it at a fraction of this.
 NODE_LEASE_SECONDS = 40
+# kwok renews every node's lease from a fixed pool of workers, each lease every quarter of
+# its duration: 1,000 nodes need 100 renewals a second, 25 from each of 4 workers at 40 ms a
+# round trip, which a loaded API server does not give. In the 1,000-node scale run every
+# lease lapsed past 40 s within a minute, and Pilotfish rightly took all three zones for
+# silent (zone brake engaged, 4,643 "node unreachable" in 10 minutes). A kubelet renews its
+# own lease; one worker per this many nodes keeps each at 2.5 renewals a second.
+NODES_PER_LEASE_WORKER = 25
 
 
 @dataclass(frozen=True)
@@ -271,14 +279,15 @@ def admission_config(layout: Layout) -> dict[str, Any]:
     }
 
 
-def kwok_options(p: Ports) -> dict[str, Any]:
-    """kwok's options: which nodes it plays, how fast, where it serves kubelet endpoints."""
+def kwok_options(p: Ports, nodes: int = 0) -> dict[str, Any]:
+    """kwok's options: which nodes it plays, how fast, where it serves kubelet endpoints;
+    `nodes`: how many the cluster starts with (its lease workers follow)."""
     return {
         "manageAllNodes": False,
         "manageNodesWithLabelSelector": f"{names.LABEL_FAKE_NODE}=true",
         "nodeLeaseDurationSeconds": NODE_LEASE_SECONDS,
         # A partial options document leaves these at 0, which kwok refuses.
-        "nodeLeaseParallelism": 4,
+        "nodeLeaseParallelism": max(4, math.ceil(nodes / NODES_PER_LEASE_WORKER)),
         "nodePlayStageParallelism": 4,
         "podPlayStageParallelism": 8,
         "podsOnNodeSyncParallelism": 4,
@@ -291,7 +300,7 @@ def kwok_options(p: Ports) -> dict[str, Any]:
     }
 
 
-def kwok_config(stage_dir: Path, p: Ports) -> list[dict[str, Any]]:
+def kwok_config(stage_dir: Path, p: Ports, nodes: int = 0) -> list[dict[str, Any]]:
     """kwok's configuration documents: options plus the stages that play kubelets.
 
     kwok v0.8 has no built-in stages; the upstream stage documents ship beside the binary,
@@ -301,7 +310,7 @@ def kwok_config(stage_dir: Path, p: Ports) -> list[dict[str, Any]]:
         {
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
             "kind": "KwokConfiguration",
-            "options": kwok_options(p),
+            "options": kwok_options(p, nodes),
         }
     ]
     for rel in KWOK_STAGES:

@@ -205,6 +205,9 @@ def env(request: pytest.FixtureRequest) -> Iterator[Env]:
         env=E2E_RECLAIM_ENV,
     )
     if res.returncode != 0:
+        # What started before the failure holds its ports: the next cluster would find
+        # them taken.
+        pilotfish_cli("dev", "--state", str(state), "down", "--purge")
         pytest.exit(f"pilotfish dev up failed:\n{res.stderr}", returncode=1)
     layout = Layout(state)
     try:

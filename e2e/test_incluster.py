@@ -55,6 +55,9 @@ def env() -> Iterator[Env]:
     up = ("up", "--bare", "--real-node", "--nodes", "2", "--port-offset", str(E2E_PORT_OFFSET))
     res = pilotfish_cli("dev", "--state", str(state), *up)
     if res.returncode != 0:
+        # What started before the failure holds its ports: the next cluster would find
+        # them taken.
+        pilotfish_cli("dev", "--state", str(state), "down", "--purge")
         pytest.exit(f"pilotfish dev up failed:\n{res.stderr}", returncode=1)
     layout = Layout(state)
     api = cluster.api_client(layout)

@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import subprocess
 import tarfile
 import tomllib
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pilotfish import names, ports
-from pilotfish.devcluster import components, oci, realnode
+from pilotfish.devcluster import components, oci, realnode, supervisor
 from pilotfish.devcluster import realnodeconfig as rc
 from pilotfish.devcluster.components import Layout
 from pilotfish.devcluster.spec import ClusterSpec, load_spec
@@ -169,6 +170,42 @@ def test_spec_keeps_real_node(layout: Layout) -> None:
 def test_import_refuses_a_missing_archive(layout: Layout, tmp_path: Path) -> None:
     with pytest.raises(realnode.RealNodeError, match="is not a file"):
         realnode.import_image(layout, tmp_path / "nope.tar", "pilotfish.local/x:1")
+
+
+def fake_ctr(monkeypatch: pytest.MonkeyPatch, import_errors: list[str]) -> list[tuple[str, ...]]:
+    """`ctr` whose imports fail with `import_errors` in turn, then succeed."""
+    calls: list[tuple[str, ...]] = []
+
+    def ctr(_: Layout, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        calls.append(args)
+        err = import_errors.pop(0) if args[1] == "import" and import_errors else ""
+        return subprocess.CompletedProcess(list(args), 1 if err else 0, "", err)
+
+    monkeypatch.setattr(realnode, "ctr", ctr)
+    monkeypatch.setattr(supervisor, "running", lambda *_: object())
+    monkeypatch.setattr(realnode, "IMPORT_RETRY_SECONDS", 0.0)
+    return calls
+
+
+NOT_FOUND = "ctr: content digest sha256:d6fe: not found"
+
+
+def test_an_import_a_fresh_containerd_fails_is_tried_again(
+    layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = tmp_path / "a.tar"
+    archive.write_bytes(b"x")
+    calls = fake_ctr(monkeypatch, [NOT_FOUND])
+    realnode.import_image(layout, archive, "pilotfish.local/x:1")
+    assert [c[:2] for c in calls] == [("images", "rm"), ("images", "import")] * 2
+    calls = fake_ctr(monkeypatch, [NOT_FOUND] * realnode.IMPORT_ATTEMPTS)
+    with pytest.raises(realnode.RealNodeError, match="not found"):
+        realnode.import_image(layout, archive, "pilotfish.local/x:1")
+    assert len(calls) == 2 * realnode.IMPORT_ATTEMPTS
+    calls = fake_ctr(monkeypatch, ["ctr: unexpected EOF"])  # not the transient failure
+    with pytest.raises(realnode.RealNodeError, match="unexpected EOF"):
+        realnode.import_image(layout, archive, "pilotfish.local/x:1")
+    assert len(calls) == 2
 
 
 def test_node_ports_are_apart_from_the_clusters_own() -> None:

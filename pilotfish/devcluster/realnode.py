@@ -43,6 +43,8 @@ CONTAINERD = "containerd"
 KUBELET = "kubelet"
 NAMES = (CONTAINERD, KUBELET)  # start order
 CTR = "/usr/bin/ctr"
+IMPORT_ATTEMPTS = 3
+IMPORT_RETRY_SECONDS = 2.0
 CRI_NAMESPACE = "k8s.io"
 BOOTSTRAP_GROUP = "system:bootstrappers:pilotfish"
 # Debian packages the node needs, by the file that shows each is installed.
@@ -248,9 +250,18 @@ def import_image(layout: Layout, archive: Path, ref: str) -> None:
         raise RealNodeError("import_image: the real node's containerd is not running")
     # containerd 1.6 fails a re-import of other content under an existing --index-name
     # ("content digest ... not found"): the name goes first (running containers keep their
-    # snapshots).
-    ctr(layout, "images", "rm", ref, check=False)
-    ctr(layout, "images", "import", "--index-name", ref, str(archive))
+    # snapshots). A containerd that has just started failed the same way once in a few
+    # dozen fresh nodes (the pause image, `make test`), and the same import a minute later
+    # succeeded: so once more, after a pause, before giving up.
+    for attempt in range(IMPORT_ATTEMPTS):
+        ctr(layout, "images", "rm", ref, check=False)
+        res = ctr(layout, "images", "import", "--index-name", ref, str(archive), check=False)
+        if res.returncode == 0:
+            return
+        if "not found" not in res.stderr or attempt == IMPORT_ATTEMPTS - 1:
+            raise RealNodeError(f"ctr images import failed: {res.stderr.strip()}")
+        log.warning("image import failed; again", extra={"ref": ref, "error": res.stderr[:300]})
+        time.sleep(IMPORT_RETRY_SECONDS)
 
 
 def start(layout: Layout, api: k8s.ApiClient, offset: int, apiserver_port: int) -> None:

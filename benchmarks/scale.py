@@ -257,7 +257,9 @@ def inputs(args: argparse.Namespace, nodes: int, pods: int) -> dict[str, Any]:
         "tasks_per_batchworkload": args.tasks,
         "sample_s": args.sample,
         "machine_cpus": os.cpu_count(),
-        "node_unreachable_after_s": float(os.environ["PILOTFISH_NODE_UNREACHABLE_SECONDS"]),
+        "node_unreachable_after_s": float(
+            os.environ.get("PILOTFISH_NODE_UNREACHABLE_SECONDS", UNREACHABLE_AFTER_S)
+        ),
     }
 
 

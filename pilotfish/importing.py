@@ -1,8 +1,8 @@
 """Importing a library without the optional ones it would pull in.
 
 kopf imports the official Kubernetes clients whenever they are installed, only to recognise
-their model objects, which Pilotfish never hands it; the two cost the operator ~70 MB of
-resident memory (850 and 600 generated modules), most of what a 30,000-pod informer holds.
+their model objects, which Pilotfish never hands it; the two cost the operator ~40 MB of
+resident memory (measured: 189 → 146 MB with 7,500 pods), for nothing it uses.
 """
 
 from __future__ import annotations

@@ -21,9 +21,6 @@ def environment_matters(env: dict[str, str] | None = None, home: Path | None = N
 
 
 async def api_client(kubeconfig: str | None = None) -> HttpTransport:
-    """A transport from an explicit kubeconfig, $KUBECONFIG, or the in-cluster ServiceAccount.
-
-    aiohttp looks proxies and netrc credentials up in a worker thread on every request when
-    trusting the environment: two thread hops per request, a fifth of the operator's CPU under
-    a batch job's writes (py-spy); with neither configured there is nothing to find."""
+    """A transport from an explicit kubeconfig, $KUBECONFIG, or the in-cluster ServiceAccount,
+    trusting the environment only when it configures a proxy or netrc (`HttpTransport`)."""
     return HttpTransport(credentials.load(kubeconfig), trust_env=environment_matters())

@@ -16,6 +16,8 @@ import os
 import ssl
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -83,25 +85,19 @@ class Credentials:
         return ctx
 
 
-class _as_file:
+@contextmanager
+def _as_file(data: bytes | None, path: str | None) -> Iterator[str | None]:
     """`path`, or `data` in a private temporary file removed on exit."""
-
-    def __init__(self, data: bytes | None, path: str | None) -> None:
-        self.data, self.path = data, path
-        self._tmp: str | None = None
-
-    def __enter__(self) -> str | None:
-        if self.data is None:
-            return self.path
-        fd, name = tempfile.mkstemp(prefix="pilotfish-cred-")
+    if data is None:
+        yield path
+        return
+    fd, name = tempfile.mkstemp(prefix="pilotfish-cred-")
+    try:
         with os.fdopen(fd, "wb") as f:
-            f.write(self.data)
-        self._tmp = name
-        return name
-
-    def __exit__(self, *_: object) -> None:
-        if self._tmp:
-            os.unlink(self._tmp)
+            f.write(data)
+        yield name
+    finally:
+        os.unlink(name)
 
 
 def _named(items: Any, name: str, what: str, path: Path) -> dict[str, Any]:

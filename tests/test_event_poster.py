@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 from pilotfish.kube.events import EventPoster
 from pilotfish.timeutil import FakeClock
@@ -52,3 +54,33 @@ async def test_a_full_queue_drops_instead_of_growing() -> None:
         poster.post("c", POD, "R", f"n{i}", action="A")
     await poster.flush()
     assert len(api.writes("/events")) == 3
+
+
+class _Pod(dict[str, object]):
+    """A pod as the API returns it, that can be watched for being freed."""
+
+
+async def test_a_queued_event_does_not_keep_its_object_alive() -> None:
+    api = FakeApi()
+    poster = EventPoster(api, "host-1", FakeClock())
+    pod = _Pod(
+        apiVersion="v1",
+        kind="Pod",
+        metadata={"name": "p", "namespace": "a", "uid": "u", "resourceVersion": "7"},
+        spec={"containers": [{"name": "c", "image": "x", "env": [{"name": "E"}] * 100}]},
+    )
+    freed = weakref.ref(pod)
+    poster.post("pilotfish.io/serviceworkload", pod, "Created", "created pod p", action="Create")
+    del pod
+    gc.collect()
+    assert freed() is None, "the queued Event still holds the whole pod"
+    await poster.flush()
+    (event,) = api.store("events.k8s.io/v1", "events").values()
+    assert event["regarding"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "p",
+        "namespace": "a",
+        "uid": "u",
+        "resourceVersion": "7",
+    }

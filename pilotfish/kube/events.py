@@ -53,6 +53,25 @@ def object_reference(obj: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in ref.items() if v}
 
 
+def identity_of(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What `object_reference` reads of `obj`, and nothing else.
+
+    A queued Event keeps this instead of the object: controllers post the whole object a
+    write returned, and while the one writer falls behind (a rollout creating thousands of
+    pods, one Event each) the queue would otherwise keep every one of those pods alive.
+    Measured: 2,500 created production pods held ~25 MB that way, freed only once the
+    queue drained and never returned to the system (the scale benchmark's operator grew
+    ~19 KB a production pod against ~3 KB a batch pod).
+    """
+    meta = obj.get("metadata") or {}
+    keep = ("name", "namespace", "uid", "resourceVersion")
+    out: dict[str, Any] = {"metadata": {k: meta[k] for k in keep if k in meta}}
+    for k in ("apiVersion", "kind"):
+        if k in obj:
+            out[k] = obj[k]
+    return out
+
+
 @dataclass
 class _Series:
     name: str
@@ -260,8 +279,9 @@ class EventPoster:
         action: str,
         type_: EventType = "Normal",
     ) -> None:
+        posted = _Posted(controller, identity_of(regarding), reason, note, action, type_)
         try:
-            self._queue.put_nowait(_Posted(controller, regarding, reason, note, action, type_))
+            self._queue.put_nowait(posted)
         except asyncio.QueueFull:
             metrics.EVENTS.labels(controller, reason, "dropped").inc()
 

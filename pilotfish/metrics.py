@@ -105,6 +105,12 @@ OPERATOR_LEADER = Gauge(
     "1 while this operator process holds the leader lease, else 0.",
 )
 
+EVENTS_QUEUED = Gauge(
+    "pilotfish_events_queued",
+    "Events posted and not yet written: the one Event writer's backlog (bounded; beyond it "
+    "Events are dropped and counted in pilotfish_events_total).",
+)
+
 EVENTS = Counter(
     "pilotfish_events_total",
     "events.k8s.io Events by reporting controller, reason and outcome (created, series, "

@@ -6,6 +6,8 @@ import asyncio
 import gc
 import weakref
 
+from prometheus_client import REGISTRY
+
 from pilotfish.kube.events import EventPoster
 from pilotfish.timeutil import FakeClock
 from tests.fakeapi import FakeApi
@@ -84,3 +86,13 @@ async def test_a_queued_event_does_not_keep_its_object_alive() -> None:
         "uid": "u",
         "resourceVersion": "7",
     }
+
+
+async def test_the_backlog_is_a_gauge() -> None:
+    api = FakeApi()
+    poster = EventPoster(api, "host-1", FakeClock())
+    for i in range(3):
+        poster.post("c", POD, "R", f"n{i}", action="A")
+    assert REGISTRY.get_sample_value("pilotfish_events_queued") == 3
+    await poster.flush()
+    assert REGISTRY.get_sample_value("pilotfish_events_queued") == 0

@@ -282,10 +282,12 @@ class EventPoster:
         posted = _Posted(controller, identity_of(regarding), reason, note, action, type_)
         try:
             self._queue.put_nowait(posted)
+            metrics.EVENTS_QUEUED.set(self._queue.qsize())
         except asyncio.QueueFull:
             metrics.EVENTS.labels(controller, reason, "dropped").inc()
 
     async def _write(self, p: _Posted) -> None:
+        metrics.EVENTS_QUEUED.set(self._queue.qsize())
         await self.recorder(p.controller).emit(
             p.regarding, p.reason, p.note, action=p.action, type_=p.type_
         )

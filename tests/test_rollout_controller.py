@@ -14,6 +14,7 @@ import pytest
 
 from pilotfish.api.serviceworkload import AVAILABLE, PROGRESSING, STALLED
 from pilotfish.kube.rest import PODS, SERVICEWORKLOADS
+from pilotfish.operators.serviceworkload.apply import created_note
 from pilotfish.operators.serviceworkload.pdb import PDBS
 from pilotfish.operators.serviceworkload.progress import (
     REASON_COMPLETE,
@@ -99,10 +100,10 @@ async def test_creates_the_replicas_a_revision_a_pdb_and_reports_them(world: Wor
     events = await world.events()
     complete = [e for e in events if e["reason"] == REASON_COMPLETE]
     assert [e["regarding"]["kind"] for e in complete] == ["ServiceWorkload"]
-    created = [e for e in events if e["reason"] == "SuccessfulCreate"]
-    assert sorted(e["regarding"]["name"] for e in created) == sorted(
-        p["metadata"]["name"] for p in pods
-    ), "each create is an Event on the pod it made"
+    (created,) = [e for e in events if e["reason"] == "SuccessfulCreate"]
+    assert created["regarding"]["kind"] == "ServiceWorkload", "a round's creates: one Event"
+    names_ = ", ".join(sorted(p["metadata"]["name"] for p in pods))
+    assert created["note"] == f"created 3 pods of revision {h}: {names_}"
 
 
 async def test_a_lagging_watch_never_doubles_the_creates(world: World) -> None:
@@ -346,3 +347,13 @@ async def test_a_revision_is_visible_before_any_pod_of_it_exists(world: World) -
         assert api.pods() == [], "pods of a revision the informer does not show yet wait"
     await world.converge()
     assert len(api.pods()) == 3
+
+
+def test_a_large_rounds_note_names_five_pods_and_counts_the_rest() -> None:
+    made = [f"web-h-{i:02d}" for i in range(100)]
+    note = created_note(made, "h")
+    assert note == (
+        "created 100 pods of revision h: web-h-00, web-h-01, web-h-02, web-h-03, web-h-04 "
+        "and 95 more"
+    )
+    assert created_note(["web-h-a"], "h") == "created 1 pod of revision h: web-h-a"

@@ -24,6 +24,7 @@ import sys
 import time
 from typing import Any
 
+from benchmarks.common import load
 from pilotfish import httpserver, names
 from pilotfish.extender import resources
 from pilotfish.extender.server import Extender
@@ -125,6 +126,7 @@ def main() -> None:
     p.add_argument("--pods-per-node", type=int, default=30)
     p.add_argument("--iterations", type=int, default=2000)
     args = p.parse_args()
+    load_start = load()
 
     build_started = time.perf_counter()
     snap, node_names = build_snapshot(args.nodes, args.pods_per_node)
@@ -195,6 +197,7 @@ def main() -> None:
                 "value": round(p99, 3),
                 "target": f"<= {TARGET_MS}",
                 "met": p99 <= TARGET_MS,
+                "load_average": {"start": load_start, "end": load()},
             }
         )
     )

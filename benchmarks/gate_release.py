@@ -45,6 +45,7 @@ from benchmarks.common import (
     create_namespace,
     delete_namespace,
     emit,
+    load,
     log,
     percentile,
     rounded,
@@ -498,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.state) if args.state else Path(tempfile.mkdtemp(prefix="pilotfish-bench-gates-"))
     )
     log(f"starting a local control plane with {args.nodes} nodes in {state}")
+    load_start = load()
     try:
         with running_cluster(
             state, ClusterSpec(nodes=args.nodes, port_offset=args.port_offset)
@@ -513,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
             "targets": TARGETS,
             "met": {},
         }
+    result["load_average"] = {"start": load_start, "end": load()}
     emit(result)
     return 0
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from benchmarks.common import wait_default_service_account
+from benchmarks.common import load, wait_default_service_account
 from pilotfish import names
 from pilotfish.devcluster import supervisor
 from pilotfish.devcluster.cluster import ClusterSpec, running_cluster
@@ -335,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         "target": {"ratio_max": TARGET_RATIO},
     }
     state = Path(args.state) if args.state else Path(tempfile.mkdtemp(prefix="pf-bench-ro-"))
+    load_start = load()
     try:
         with running_cluster(state, spec) as layout:
             result.update(asyncio.run(measure(layout)))
@@ -345,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.state:
             shutil.rmtree(state, ignore_errors=True)
+    result["load_average"] = {"start": load_start, "end": load()}
     print(json.dumps(result, indent=2))
     return 0
 

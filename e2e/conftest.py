@@ -150,6 +150,15 @@ def pilotfish_cli(
     )
 
 
+def dev_up_or_exit(state: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    """`pilotfish dev up` in `state`, or end the session: a cluster that failed half-way is
+    brought down first, since what it started holds ports the next cluster needs."""
+    res = pilotfish_cli("dev", "--state", str(state), "up", *args, env=env)
+    if res.returncode != 0:
+        pilotfish_cli("dev", "--state", str(state), "down", "--purge")
+        pytest.exit(f"pilotfish dev up failed:\n{res.stderr}", returncode=1)
+
+
 def wait_until(
     what: str, check: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.25
 ) -> T:
@@ -192,11 +201,8 @@ def env(request: pytest.FixtureRequest) -> Iterator[Env]:
     # The real node only when a test of this session needs it (root, and minutes to build).
     real_node = any(item.get_closest_marker("realnode") for item in request.session.items)
     spec = cluster.ClusterSpec(nodes=12, port_offset=E2E_PORT_OFFSET, real_node=real_node)
-    res = pilotfish_cli(
-        "dev",
-        "--state",
-        str(state),
-        "up",
+    dev_up_or_exit(
+        state,
         "--nodes",
         str(spec.nodes),
         "--port-offset",
@@ -204,11 +210,6 @@ def env(request: pytest.FixtureRequest) -> Iterator[Env]:
         *(["--real-node"] if real_node else []),
         env=E2E_RECLAIM_ENV,
     )
-    if res.returncode != 0:
-        # What started before the failure holds its ports: the next cluster would find
-        # them taken.
-        pilotfish_cli("dev", "--state", str(state), "down", "--purge")
-        pytest.exit(f"pilotfish dev up failed:\n{res.stderr}", returncode=1)
     layout = Layout(state)
     try:
         yield Env(

@@ -24,7 +24,14 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from e2e.conftest import E2E_PORT_OFFSET, Env, pilotfish_cli, tenant_of, wait_until
+from e2e.conftest import (
+    E2E_PORT_OFFSET,
+    Env,
+    dev_up_or_exit,
+    pilotfish_cli,
+    tenant_of,
+    wait_until,
+)
 from e2e.test_serviceworkload import (  # noqa: F401 (ns is a fixture)
     ns,
     pods_of,
@@ -52,13 +59,9 @@ def env() -> Iterator[Env]:
     spec = cluster.ClusterSpec(
         nodes=2, port_offset=E2E_PORT_OFFSET, pilotfish=False, real_node=True
     )
-    up = ("up", "--bare", "--real-node", "--nodes", "2", "--port-offset", str(E2E_PORT_OFFSET))
-    res = pilotfish_cli("dev", "--state", str(state), *up)
-    if res.returncode != 0:
-        # What started before the failure holds its ports: the next cluster would find
-        # them taken.
-        pilotfish_cli("dev", "--state", str(state), "down", "--purge")
-        pytest.exit(f"pilotfish dev up failed:\n{res.stderr}", returncode=1)
+    dev_up_or_exit(
+        state, "--bare", "--real-node", "--nodes", "2", "--port-offset", str(E2E_PORT_OFFSET)
+    )
     layout = Layout(state)
     api = cluster.api_client(layout)
     try:

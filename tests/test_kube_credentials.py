@@ -150,9 +150,14 @@ def test_a_refused_import_fails_inside_the_block_only() -> None:
     assert out.stdout.split() == ["refused", "True"]
 
 
-def test_inline_certificates_load_and_leave_no_file_behind(tmp_path: Path) -> None:
+def test_inline_certificates_load_and_leave_no_file_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     crt, key = self_signed(tmp_path)
-    before = set(Path(tempfile.gettempdir()).glob("pilotfish-cred-*"))
+    # A temporary directory of this test's own: other workers' files cannot show up in it.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     c = cr.Credentials(
         server="https://x",
         ca_data=crt.read_bytes(),
@@ -160,4 +165,4 @@ def test_inline_certificates_load_and_leave_no_file_behind(tmp_path: Path) -> No
         key_data=key.read_bytes(),
     )
     assert c.ssl_context() is not None
-    assert set(Path(tempfile.gettempdir()).glob("pilotfish-cred-*")) == before
+    assert list(temp.iterdir()) == []

@@ -10,12 +10,15 @@ the other (`--order`), each in a fresh namespace of the same team with the same 
 `--tasks` completions, `--parallelism`, and the same pod template, whose annotation
 `kwok.pilotfish.io/run-seconds` makes kwok end every task `--run-seconds` after it started.
 
-Per phase: completion time (create request sent -> Complete condition seen, polled every
-0.5 s), pods/s, the peak of unbound pods (sampled every second), load average at start and
-end, and API writes from the audit log, per writer and per task: the controller's own
-(Job controller / Pilotfish's operator, pods and the owner's status), kwok's (the
-kubelet's part) and the scheduler's. Figures: completion time batchworkload / job, target
-<= 1.0; the batch operator's writes per task, target <= 3.
+Each phase starts once the machine is quiet again (`common.quiet_machine`: the first phase's
+clean-up left the second starting at load 4.7 against 2.0). Per phase: completion time
+(create request sent -> Complete condition seen, polled every 0.5 s), pods/s, the peak of
+unbound pods (sampled every second), load average at start and end, a BatchWorkload's
+`status.pacing` each second (its create rate cap, the API server's queueing it measured, its
+binds/s), and API writes from the audit log, per writer and per task: the controller's own
+(Job controller / Pilotfish's operator, pods and the owner's status), kwok's (the kubelet's
+part) and the scheduler's. Figures: completion time batchworkload / job, target <= 1.0; the
+batch operator's writes per task, target <= 3.
 
 A phase that makes no progress for `--stall` seconds stops with an error naming what it
 waited for (e.g. a BatchWorkload no controller acts on); the other phase still reports.
@@ -39,7 +42,16 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python benchmarks/batch_job.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import create_namespace, delete_namespace, emit, load, log, rounded, wait_for
+from benchmarks.common import (
+    create_namespace,
+    delete_namespace,
+    emit,
+    load,
+    log,
+    quiet_machine,
+    rounded,
+    wait_for,
+)
 from benchmarks.probes.watches import AuditTail
 from benchmarks.probes.writes import WriteCounts, by_role, count_writes, per_task
 from pilotfish import names
@@ -186,11 +198,13 @@ async def run_phase(
         pass
     path, body = owner(kind, args)
     events: list[dict[str, Any]] = []
+    waited = await quiet_machine()
     load_start = load()
     log(f"{kind}: {args.tasks} tasks of {args.run_seconds}s, parallelism {args.parallelism}")
     started = time.monotonic()
     await rest.create(path, body)
     peak, last_sample, stall = 0, 0.0, Stall(args.stall, started)
+    pacing: list[list[float]] = []  # [s since start, createRate, apiQueueingSeconds, binds/s]
     while True:
         now = time.monotonic()
         obj = await rest.get(f"{path}/bench")
@@ -202,6 +216,16 @@ async def run_phase(
         if now - last_sample >= 1.0:
             last_sample = now
             peak = max(peak, await unbound(rest, namespace))
+            pace = (obj.get("status") or {}).get("pacing")
+            if pace:
+                pacing.append(
+                    [
+                        round(now - started, 1),
+                        pace.get("createRate", 0),
+                        pace.get("apiQueueingSeconds", 0),
+                        pace.get("bindsPerSecond", 0),
+                    ]
+                )
             events.extend(e for e in audit.events() if _in(e, namespace))
         status = obj.get("status") or {}
         seen = (status.get("active"), status.get("succeeded"), status.get("failed"), len(events))
@@ -225,10 +249,16 @@ async def run_phase(
         "succeeded": status.get("succeeded"),
         "failed": status.get("failed"),
         "load_average_1_5_15": {"start": load_start, "end": load_end},
+        "waited_for_a_quiet_machine_s": waited,
         "writes_per_task": per_task(counts, args.tasks),
         "writes": by_role(counts),
         "writes_by_user": {u: dict(sorted(c.items())) for u, c in sorted(counts.items())},
     }
+    if pacing:
+        figures["pacing_each_second"] = {
+            "columns": ["s", "createRate", "apiQueueingSeconds", "bindsPerSecond"],
+            "rows": pacing,
+        }
     log(f"{kind}: complete in {elapsed:.1f}s; deleting {namespace}")
     await delete_namespace(rest, namespace, within=max(300.0, args.tasks / 10))
     return figures, counts

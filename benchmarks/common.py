@@ -9,6 +9,7 @@ issue notes read that object, everything else goes to stderr.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -137,6 +138,22 @@ def emit(result: dict[str, Any]) -> None:
 def load() -> list[float]:
     """The machine's load average (1, 5, 15 min), beside every figure."""
     return [round(v, 2) for v in os.getloadavg()]
+
+
+async def quiet_machine(within: float = 300.0) -> float:
+    """Wait until the 1-minute load average is at most 0.75 per core (at least 1.0): a phase
+    that starts while the previous one's clean-up still loads the machine is measured on a
+    different machine. Returns the seconds waited; after `within` it goes on regardless (the
+    load at the phase's start is in its figures)."""
+    limit = max(1.0, 0.75 * (os.cpu_count() or 1))
+    started = time.monotonic()
+
+    async def quiet() -> bool:
+        return os.getloadavg()[0] <= limit
+
+    with contextlib.suppress(TimeoutError):
+        await wait_for("a quiet machine", quiet, within, 2.0)
+    return round(time.monotonic() - started, 1)
 
 
 def on_own_cluster(

@@ -37,7 +37,12 @@ to 0.1-1 s. The API server is the largest CPU user (0.4-0.7 of a core); extender
 ~0.1 each. A BatchWorkload paced to the bind rate closes no watcher and cuts the p99 4-10x,
 but takes the control plane's whole throughput (50-75 binds/s), so production still waits
 ~0.5 s. Capped below that, production keeps its pace: `--creation-rate 40` gave 8.8x
-(p99 0.40 s), `--creation-rate 20` 1.09x (p99 0.064 s against 0.059 s idle). The
+(p99 0.40 s), `--creation-rate 20` 1.09x (p99 0.064 s against 0.059 s idle). Yielding
+once production is seen left the first six to eight production pods 0.2-0.6 s (6-9x): they
+arrived into queues the job had filled already. Paced on the API server's own delays
+(`operators/batchworkload/apidelay.py`: its creates' round trips, its writes shown late), a
+job keeps those queues short before production comes (200 nodes: 1.1x, the head start's 500
+pods at ~15/s instead of ~31/s). The
 namespaces opt out of the admission webhooks (`pilotfish.io/webhooks: disabled`): the
 webhooks' own latency under load is not in these figures.
 

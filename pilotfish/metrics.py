@@ -93,6 +93,13 @@ OWN_WRITES_EXPIRED = Counter(
     "(the controller then trusts its cache again), by controller.",
     ["controller"],
 )
+OWN_WRITES_VISIBLE = Histogram(
+    "pilotfish_operator_own_writes_visible_seconds",
+    "From an own write returning to the controller's informer showing it (the API server's "
+    "watch delay as the controller feels it), by controller.",
+    ["controller"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
 
 INFORMER_OBJECTS = Gauge(
     "pilotfish_informer_objects",

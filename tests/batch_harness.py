@@ -12,6 +12,7 @@ import asyncio
 from collections import defaultdict
 from typing import Any
 
+from pilotfish import names
 from pilotfish.kube.rest import BATCHWORKLOADS, PODS
 from pilotfish.kube.runtime import Runtime
 from pilotfish.kube.workqueue import Result
@@ -42,6 +43,16 @@ def batch(completions: int = 5, parallelism: int = 2, **spec: Any) -> Obj:
             },
             **spec,
         },
+    }
+
+
+def production_pod(name: str = "web-1", **spec: Any) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {names.LABEL_BAND: "production"}},
+        "spec": {"containers": [{"name": "web", "image": "web:1"}], **spec},
+        "status": {"phase": "Pending"},
     }
 
 

@@ -23,19 +23,9 @@ from pilotfish.operators.batchworkload.production import (
     yield_rate,
 )
 from pilotfish.timeutil import FakeClock
-from tests.batch_harness import NS, Cluster, World, batch, start
+from tests.batch_harness import NS, Cluster, World, batch, production_pod, start
 
 Obj = dict[str, Any]
-
-
-def production_pod(name: str = "web-1", **spec: Any) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "labels": {names.LABEL_BAND: "production"}},
-        "spec": {"containers": [{"name": "web", "image": "web:1"}], **spec},
-        "status": {"phase": "Pending"},
-    }
 
 
 async def world(spec: Obj, **kw: float) -> World:

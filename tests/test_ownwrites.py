@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from pilotfish import metrics
 from pilotfish.kube.informer import Informer
 from pilotfish.kube.ownwrites import OwnWrites
 from pilotfish.kube.rest import PODS, Rest
@@ -61,3 +62,23 @@ def test_a_relist_after_the_write_or_the_ttl_ends_the_wait() -> None:
     assert not t.settled("api")
     clock.advance(1)
     assert t.settled("api"), "a lost event costs the TTL, never a stall"
+
+
+def test_each_write_reports_how_late_the_informer_showed_it() -> None:
+    clock = FakeClock()
+    lags: list[float] = []
+    t = OwnWrites("lag-test", clock, on_visible=lags.append)
+    t.wrote("a/p", obj("p", "1"), owner="web")
+    clock.advance(0.25)
+    t.observe("MODIFIED", obj("p", "2"))  # not the version written: not yet
+    assert lags == []
+    t.observe("MODIFIED", obj("p", "1"))
+    t.deleted("a/q", owner="web")
+    clock.advance(0.5)
+    t.observe("DELETED", obj("q", "7"))
+    inf = Informer(cast(Rest, None), PODS)
+    t.watch(inf)
+    inf._apply({"type": "ADDED", "object": obj("r", "9")})
+    t.wrote("a/r", obj("r", "9"), owner="web")  # its event came before the answer
+    assert lags == [0.25, 0.5, 0.0]
+    assert metrics.OWN_WRITES_VISIBLE.labels("lag-test")._sum.get() == 0.75

@@ -244,6 +244,18 @@ def test_progress_and_pacing() -> None:
     ]
 
 
+def test_backing_off_while_the_api_server_queues() -> None:
+    pacing = {"inFlight": 3, "limit": 32, "bindsPerSecond": 40.5}
+    status = {**RUNNING, "pacing": {**pacing, "createRate": 6.2, "apiQueueingSeconds": 0.184}}
+    text = " ".join(explain_batch(batch(status), NOW))
+    assert (
+        "; backing off while the API server queues: at most 6.2 creates/s, paced on how late "
+        "its watch shows the operator's own writes (now 184 ms)."
+    ) in text
+    capped_lower = " ".join(explain_batch(batch(status, creationRate=5), NOW))
+    assert "backing off" not in capped_lower and "spec.creationRate 5/s" in capped_lower
+
+
 def test_a_status_not_yet_written() -> None:
     [line] = explain_batch(batch(), NOW)
     assert "its status is not written yet" in line and "(200 tasks)" in line

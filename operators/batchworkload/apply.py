@@ -41,6 +41,7 @@ from pilotfish.operators.batchworkload.decide import Create, Plan, Removal
 from pilotfish.operators.batchworkload.model import LABEL_TASK_RECORDED, Event
 from pilotfish.operators.batchworkload.pacing import slow_start
 from pilotfish.operators.batchworkload.taskpod import task_pod
+from pilotfish.timeutil import SYSTEM_CLOCK, Clock
 from pilotfish.workloads import FINALIZER_TASK, LABEL_BATCH
 
 log = logging.getLogger("pilotfish.batchworkload")
@@ -98,10 +99,22 @@ async def bounded(calls: Sequence[Callable[[], Awaitable[bool]]]) -> list[bool]:
 
 
 class Executor:
-    def __init__(self, rest: Rest, writes: Trackers, events: ControllerEvents) -> None:
+    def __init__(
+        self,
+        rest: Rest,
+        writes: Trackers,
+        events: ControllerEvents,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        on_answered: Callable[[float, float], None] | None = None,
+    ) -> None:
+        """`on_answered(now, seconds)`: a create came back after `seconds` (the pacing's
+        write delay, `apidelay`)."""
         self.rest = rest
         self.writes = writes
         self.events = events
+        self.clock = clock
+        self.on_answered = on_answered
         # Per job, the slow-start batch size its next sync starts at: doubled while every
         # create succeeds, back to 1 at the first refusal.
         self.next_batch: dict[str, int] = {}
@@ -208,6 +221,7 @@ class Executor:
         body = task_pod(bw, c.index, c.attempt, c.failures, gang=c.gang)
         name = body["metadata"]["name"]
         key = f"{ns}/{name}"
+        sent = self.clock.monotonic()
         try:
             created = await self.rest.create(PODS.path(ns), body)
         except ApiError as e:
@@ -227,6 +241,9 @@ class Executor:
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
             await self._confirm(plan, key, rnd, c, str(e))
             return False
+        if self.on_answered is not None:
+            now = self.clock.monotonic()
+            self.on_answered(now, now - sent)
         self.writes.pods.wrote(key, created, owner=plan.key)
         metrics.BATCH_PODS_CREATED.labels("ok").inc()
         rnd.created += 1

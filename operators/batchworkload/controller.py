@@ -14,10 +14,12 @@ collector can remove them; so do pods left by an earlier job of the same name (a
 
 Production first: the same pod handler keeps the production pods waiting for placement
 (`production.ProductionWaiting`); while one waits no job creates pods, and when the last
-one binds every held job is synced at once. The pacing state of every job (bind rates,
-buckets, the production pods) is one `pacer.Pacer`. A
-namespace being deleted (the namespace
-informer, or a create refused for it) creates nothing more and lets go of every task pod.
+one binds every held job is synced at once. Before production comes, every job's creates
+slow down while its pod creates take longer than at their quickest, or the pod informer
+shows its own pod writes later (`apidelay`: the API server's queues growing). The pacing
+state of every job (bind rates, delays, buckets, the production pods) is one
+`pacer.Pacer`. A namespace being deleted (the namespace informer, or a create refused for
+it) creates nothing more and lets go of every task pod.
 
 The failure backoff's base comes from `PILOTFISH_BATCH_BACKOFF_SECONDS` when set (a test
 cluster shortens it), else `BACKOFF_BASE_SECONDS`; an explicit `backoff_base` wins.
@@ -111,14 +113,25 @@ class BatchWorkloadController:
             clock=rt.clock,
             limiter=ControllerRateLimiter(rt.clock, cap=RETRY_MAX_SECONDS),
         )
+        self.pacer = Pacer()
         workloads = OwnWrites(f"{CONTROLLER}-workloads", rt.clock, on_settled=self.queue.add)
-        pods = OwnWrites(f"{CONTROLLER}-pods", rt.clock, on_settled=self.queue.add)
+        pods = OwnWrites(
+            f"{CONTROLLER}-pods",
+            rt.clock,
+            on_settled=self.queue.add,
+            on_visible=lambda lag: self.pacer.seen(rt.clock.monotonic(), lag),
+        )
         workloads.watch(self.bws)
         pods.watch(self.pods)
         self.writes = Trackers(workloads, pods)
-        self.pacer = Pacer()
         self.production = self.pacer.production
-        self.executor = Executor(rt.batch_rest, self.writes, rt.events.scoped(REPORTING_CONTROLLER))
+        self.executor = Executor(
+            rt.batch_rest,
+            self.writes,
+            rt.events.scoped(REPORTING_CONTROLLER),
+            clock=rt.clock,
+            on_answered=self.pacer.answered,
+        )
         self.pods_of: dict[str, set[str]] = {}
         self.failed_at: dict[str, float] = {}  # pod uid -> monotonic time first seen Failed
         # pod key -> monotonic time this process first saw the task unbound and ungated

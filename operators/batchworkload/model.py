@@ -215,6 +215,8 @@ class Pace:
     held: int = 0  # production pods waiting for placement: no creates while > 0
     held_wait: float | None = None  # seconds until the last of them stops counting
     yield_rate: float = 0.0  # creates/s the job is held to while production arrives (0: not)
+    allowed: float = 0.0  # creates/s the job may make now, every rate in one (0: no cap)
+    queueing: float = 0.0  # the API server's queueing delay, seen in own writes (`apidelay`)
 
 
 @dataclass(frozen=True)

@@ -152,5 +152,7 @@ def compute_status(
             "bindsPerSecond": round(o.pace.binds_per_second, 1),
             "heldForProduction": o.pace.held if held else 0,
             "yieldRate": round(o.pace.yield_rate, 1),
+            "createRate": round(o.pace.allowed, 1),
+            "apiQueueingSeconds": round(o.pace.queueing, 3),
         }
     return {k: v for k, v in status.items() if v is not None}, tuple(events)

@@ -133,6 +133,19 @@ class Pacing(ApiModel):
         description="Creates per second the job is held to while production pods keep "
         "arriving, a share of its bind rate before they did (0: not yielding).",
     )
+    create_rate: float = Field(
+        default=0.0,
+        ge=0,
+        description="Creates per second the job may make now: the least of its creationRate, "
+        "its yield and the rate the API server's queueing allows (batch slows down while the "
+        "server shows the operator's own writes late; 0: no cap).",
+    )
+    api_queueing_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description="How much later than at its quickest the operator's informer shows its "
+        "own pod writes, measured recently: the API server's queueing delay.",
+    )
 
 
 class BatchWorkloadStatus(ConditionsStatus):

@@ -271,13 +271,21 @@ def _pacing_sentence(status: Mapping[str, Any], spec: Mapping[str, Any]) -> str 
     text += f" ({', '.join(parts)})"
     held = _int(pacing.get("heldForProduction"))
     yielded = _number(pacing.get("yieldRate"))
+    allowed = _number(pacing.get("createRate"))
+    queueing = _number(pacing.get("apiQueueingSeconds"))
+    cap = _number(spec.get("creationRate"))
     if held:
         text += f"; holding creation: {held} production pods waiting for placement"
     elif yielded:
         text += f"; yielding to production pods arriving: at most {yielded:g} creates/s"
+    elif allowed and (cap is None or allowed < cap):
+        late = f" (now {queueing * 1000:.0f} ms)" if queueing is not None else ""
+        text += (
+            f"; backing off while the API server queues: at most {allowed:g} creates/s, "
+            "paced on how late its watch shows the operator's own writes" + late
+        )
     elif in_flight is not None and limit is not None and in_flight >= limit:
         text += "; at the limit, the next task is created as soon as one of those binds"
-    cap = _number(spec.get("creationRate"))
     if cap is not None:
         text += f"; creation is also capped at spec.creationRate {cap:g}/s"
     return text + "."

@@ -10,6 +10,10 @@ compared for equality only, never ordered, never incremented.
 Two ways out besides the event itself, so a lost event cannot block a controller forever:
 a relist that began after the write (a list is at least as new as anything written before
 it started) clears it, and a record older than `ttl` expires with a warning.
+
+How long each write took to show (returned → seen in the informer, on this process's
+monotonic clock) is the API server's watch delay as this process feels it: a histogram, and
+`on_visible` for a controller that paces itself on it (`batchworkload.apidelay`).
 """
 
 from __future__ import annotations
@@ -40,13 +44,16 @@ class OwnWrites:
         *,
         ttl: float = 60.0,
         on_settled: Callable[[str], None] | None = None,
+        on_visible: Callable[[float], None] | None = None,
     ) -> None:
         """`on_settled(owner)` runs when an owner's last pending write is seen: the
-        controller re-enqueues the owner there."""
+        controller re-enqueues the owner there. `on_visible(lag)` runs for each write seen
+        in a watch event, with the seconds since it returned (0: seen before it returned)."""
         self.name = name
         self.clock = clock
         self.ttl = ttl
         self.on_settled = on_settled
+        self.on_visible = on_visible
         self._writes: dict[str, _Write] = {}
         self._owners: dict[str, set[str]] = {}
         self._informers: list[Informer] = []
@@ -69,7 +76,8 @@ class OwnWrites:
     def _record(self, key: str, rv: str | None, owner: str | None) -> None:
         self._drop(key, notify=False)
         if self._visible(key, rv):
-            return  # the watch delivered it before the write's answer came back
+            self._saw(0.0)  # the watch delivered it before the write's answer came back
+            return
         w = _Write(rv, owner if owner is not None else key, self.clock.monotonic())
         self._writes[key] = w
         self._owners.setdefault(w.owner, set()).add(key)
@@ -94,7 +102,13 @@ class OwnWrites:
             return
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         if kind == "DELETED" or (w.rv is not None and rv == w.rv):
+            self._saw(self.clock.monotonic() - w.at)
             self._drop(key)
+
+    def _saw(self, lag: float) -> None:
+        metrics.OWN_WRITES_VISIBLE.labels(self.name).observe(lag)
+        if self.on_visible is not None:
+            self.on_visible(lag)
 
     def relisted(self, started: float) -> None:
         """A relist that began at monotonic `started` completed: writes before it are in."""

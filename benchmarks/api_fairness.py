@@ -14,7 +14,10 @@ Per phase, WITH the FlowSchemas and then WITHOUT them (deleted, in the same run)
    seconds, `--idle-writes` of them;
 2. flood: team A creates `--pods` raw pods as fast as it can from `--flood-clients`
    concurrent clients in `--flood-procs` processes (so this process's event loop, which
-   times team B, stays idle); team B keeps writing at the same pace until the last pod is in.
+   times team B, stays idle) at niceness `--flood-nice` (19: on a cluster the flooding
+   team's clients do not run on the API server's cores; here four busy Python clients
+   would take most of two cores from the server, which no FlowSchema governs); team B keeps
+   writing at the same pace until the last pod is in.
    The pods carry a scheduling gate of their own, so no scheduler or kubelet work blurs the
    API server's;
 3. every pod and ConfigMap is deleted and the phase waits until they are gone.
@@ -236,6 +239,8 @@ async def phase(rest: Rest, kubeconfig: str, args: argparse.Namespace, tag: str)
     ctx = mp.get_context("spawn")
     ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     plan = flood_plan(args.pods, args.flood_procs, args.flood_clients, users)
+    for part in plan:
+        part["nice"] = args.flood_nice
     procs = [
         ctx.Process(target=flood_worker, args=(kubeconfig, "team-a", part, ready, go, results))
         for part in plan
@@ -350,6 +355,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flood-clients", type=int, default=64, help="team A's concurrent requests")
     p.add_argument("--flood-procs", type=int, default=4, help="processes team A's clients use")
     p.add_argument("--flood-users", type=int, default=16, help="team A's distinct users")
+    p.add_argument(
+        "--flood-nice",
+        type=int,
+        default=19,
+        help="niceness of the flood's processes: on a cluster a team's clients run on machines "
+        "of their own, not on the API server's cores; sharing them here, at 19 they take only "
+        "the CPU the control plane leaves (0: they compete with it)",
+    )
     p.add_argument("--interval", type=float, default=0.05, help="seconds between team B writes")
     p.add_argument("--idle-writes", type=int, default=200, help="team B's writes while idle")
     p.add_argument("--tenants-shares", type=int, help="override the tenants level's shares")

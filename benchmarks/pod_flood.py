@@ -68,7 +68,10 @@ def flood_worker(
     go: Any,
     results: Any,
 ) -> None:
-    """One process of the flood: connect, say ready, wait for the start, create its pods."""
+    """One process of the flood: connect, say ready, wait for the start, create its pods
+    (at `part["nice"]`, when set: see api_fairness's --flood-nice)."""
+    if part.get("nice"):
+        os.nice(int(part["nice"]))
     results.put(asyncio.run(_flood(kubeconfig, namespace, part, ready, go)))
 
 

@@ -13,10 +13,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
-
+from pilotfish.kube import credentials
 from pilotfish.kube.rest import PODS, ApiError, Rest
+from pilotfish.kube.transport import HttpTransport
 
 HOLD_GATE = "bench.pilotfish.io/hold"  # not a Pilotfish gate: nothing ever releases it
 FLOOD_LABEL = "bench.pilotfish.io/flood"
@@ -78,10 +77,7 @@ def flood_worker(
 async def _flood(
     kubeconfig: str, namespace: str, part: dict[str, Any], ready: Any, go: Any
 ) -> dict[str, Any]:
-    cfg = k8s_client.Configuration()
-    await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    cfg.connection_pool_maxsize = part["concurrency"] + 4  # a connection per client
-    api = k8s_client.ApiClient(configuration=cfg)
+    api = HttpTransport(credentials.load(kubeconfig), pool=part["concurrency"] + 4)
     clients = [Rest(api).impersonating(u) for u in part["users"]]
     indexes: list[int] = list(part["indexes"])
     out = Tally()

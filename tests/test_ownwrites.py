@@ -67,7 +67,7 @@ def test_a_relist_after_the_write_or_the_ttl_ends_the_wait() -> None:
 def test_each_write_reports_how_late_the_informer_showed_it() -> None:
     clock = FakeClock()
     lags: list[float] = []
-    t = OwnWrites("lag-test", clock, on_visible=lags.append)
+    t = OwnWrites("lag-test", clock, on_visible=lambda _now, lag: lags.append(lag))
     t.wrote("a/p", obj("p", "1"), owner="web")
     clock.advance(0.25)
     t.observe("MODIFIED", obj("p", "2"))  # not the version written: not yet

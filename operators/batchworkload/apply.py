@@ -41,7 +41,7 @@ from pilotfish.operators.batchworkload.decide import Create, Plan, Removal
 from pilotfish.operators.batchworkload.model import LABEL_TASK_RECORDED, Event
 from pilotfish.operators.batchworkload.pacing import slow_start
 from pilotfish.operators.batchworkload.taskpod import task_pod
-from pilotfish.timeutil import SYSTEM_CLOCK, Clock
+from pilotfish.timeutil import Clock
 from pilotfish.workloads import FINALIZER_TASK, LABEL_BATCH
 
 log = logging.getLogger("pilotfish.batchworkload")
@@ -105,8 +105,8 @@ class Executor:
         writes: Trackers,
         events: ControllerEvents,
         *,
-        clock: Clock = SYSTEM_CLOCK,
-        on_answered: Callable[[float, float], None] | None = None,
+        clock: Clock,
+        on_answered: Callable[[float, float], None],
     ) -> None:
         """`on_answered(now, seconds)`: a create came back after `seconds` (the pacing's
         write delay, `apidelay`)."""
@@ -241,9 +241,8 @@ class Executor:
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
             await self._confirm(plan, key, rnd, c, str(e))
             return False
-        if self.on_answered is not None:
-            now = self.clock.monotonic()
-            self.on_answered(now, now - sent)
+        now = self.clock.monotonic()
+        self.on_answered(now, now - sent)
         self.writes.pods.wrote(key, created, owner=plan.key)
         metrics.BATCH_PODS_CREATED.labels("ok").inc()
         rnd.created += 1

@@ -119,7 +119,7 @@ class BatchWorkloadController:
             f"{CONTROLLER}-pods",
             rt.clock,
             on_settled=self.queue.add,
-            on_visible=lambda lag: self.pacer.seen(rt.clock.monotonic(), lag),
+            on_visible=self.pacer.seen,
         )
         workloads.watch(self.bws)
         pods.watch(self.pods)

@@ -44,16 +44,18 @@ class OwnWrites:
         *,
         ttl: float = 60.0,
         on_settled: Callable[[str], None] | None = None,
-        on_visible: Callable[[float], None] | None = None,
+        on_visible: Callable[[float, float], None] | None = None,
     ) -> None:
         """`on_settled(owner)` runs when an owner's last pending write is seen: the
-        controller re-enqueues the owner there. `on_visible(lag)` runs for each write seen
-        in a watch event, with the seconds since it returned (0: seen before it returned)."""
+        controller re-enqueues the owner there. `on_visible(now, lag)` runs for each write
+        seen in a watch event, with the seconds since it returned (0: seen before it
+        returned)."""
         self.name = name
         self.clock = clock
         self.ttl = ttl
         self.on_settled = on_settled
         self.on_visible = on_visible
+        self._visible_seconds = metrics.OWN_WRITES_VISIBLE.labels(name)
         self._writes: dict[str, _Write] = {}
         self._owners: dict[str, set[str]] = {}
         self._informers: list[Informer] = []
@@ -76,7 +78,7 @@ class OwnWrites:
     def _record(self, key: str, rv: str | None, owner: str | None) -> None:
         self._drop(key, notify=False)
         if self._visible(key, rv):
-            self._saw(0.0)  # the watch delivered it before the write's answer came back
+            self._saw(self.clock.monotonic(), 0.0)  # its event came before the answer did
             return
         w = _Write(rv, owner if owner is not None else key, self.clock.monotonic())
         self._writes[key] = w
@@ -102,13 +104,14 @@ class OwnWrites:
             return
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         if kind == "DELETED" or (w.rv is not None and rv == w.rv):
-            self._saw(self.clock.monotonic() - w.at)
+            now = self.clock.monotonic()
+            self._saw(now, now - w.at)
             self._drop(key)
 
-    def _saw(self, lag: float) -> None:
-        metrics.OWN_WRITES_VISIBLE.labels(self.name).observe(lag)
+    def _saw(self, now: float, lag: float) -> None:
+        self._visible_seconds.observe(lag)
         if self.on_visible is not None:
-            self.on_visible(lag)
+            self.on_visible(now, lag)
 
     def relisted(self, started: float) -> None:
         """A relist that began at monotonic `started` completed: writes before it are in."""

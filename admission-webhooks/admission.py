@@ -42,6 +42,8 @@ class Decision:
     reason: str = ""
     patch: tuple[JsonPatchOp, ...] = ()
     warnings: tuple[str, ...] = ()
+    # Whole seconds the client should wait before it asks again (a 429's Retry-After).
+    retry_after: int | None = None
 
     def __post_init__(self) -> None:
         if self.allowed:
@@ -58,9 +60,20 @@ class Decision:
         return cls(warnings=tuple(warnings))
 
     @classmethod
-    def deny(cls, message: str, *, code: int = 403, reason: str = "Forbidden") -> "Decision":
-        """Refuse with a message that names the rule and the amount, e.g. which quota."""
-        return cls(allowed=False, message=message, code=code, reason=reason)
+    def deny(
+        cls,
+        message: str,
+        *,
+        code: int = 403,
+        reason: str = "Forbidden",
+        retry_after: int | None = None,
+    ) -> "Decision":
+        """Refuse with a message that names the rule and the amount, e.g. which quota;
+        `retry_after` seconds become the Status's details.retryAfterSeconds, which the API
+        server answers as a Retry-After header."""
+        return cls(
+            allowed=False, message=message, code=code, reason=reason, retry_after=retry_after
+        )
 
     @classmethod
     def mutate(cls, patch: Iterable[JsonPatchOp], warnings: Iterable[str] = ()) -> "Decision":
@@ -173,6 +186,8 @@ def build_response(uid: str, decision: Decision) -> Json:
             "reason": decision.reason,
             "message": decision.message,
         }
+        if decision.retry_after is not None:
+            response["status"]["details"] = {"retryAfterSeconds": decision.retry_after}
     elif decision.patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = encode_patch(decision.patch)

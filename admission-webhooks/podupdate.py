@@ -42,9 +42,13 @@ class Writers:
 
     @classmethod
     def from_env(cls) -> Writers:
-        """The chart runs every component in one namespace and names it in
-        PILOTFISH_NAMESPACE; local mode runs the host processes for pilotfish-system."""
-        return cls.of_namespace(os.environ.get("PILOTFISH_NAMESPACE") or names.SYSTEM_NAMESPACE)
+        return cls.of_namespace(pilotfish_namespace())
+
+
+def pilotfish_namespace() -> str:
+    """The chart runs every component in one namespace and names it in PILOTFISH_NAMESPACE;
+    local mode runs the host processes for pilotfish-system."""
+    return os.environ.get("PILOTFISH_NAMESPACE") or names.SYSTEM_NAMESPACE
 
 
 DEFAULT_WRITERS = Writers.of_namespace(names.SYSTEM_NAMESPACE)

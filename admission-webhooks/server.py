@@ -44,6 +44,7 @@ from pilotfish.kube.factory import InformerFactory
 from pilotfish.kube.rest import Rest
 from pilotfish.timeutil import utcnow as utc_now
 from pilotfish.webhooks import (
+    createpace,
     pods,
     podupdate,
     quantities,
@@ -78,13 +79,14 @@ def bind_reviews(
     foreign_schedulers: ForeignSchedulers = "refuse",
     eviction_wait: float = tolerations.DEFAULT_EVICTION_WAIT,
     reclaim_default: bool = False,
+    pace: createpace.CreatePace | None = None,
 ) -> dict[str, Review]:
     """Path -> review, the pod reviews bound to their views, the clock and the reservation.
 
     The path is also the `webhook` metric label and must match the chart's
     MutatingWebhookConfiguration / ValidatingWebhookConfiguration `clientConfig.service.path`.
     `teams` None: no bands or quotas; `dry_run` None: workload templates go unchecked (tests
-    and tools without a cluster).
+    and tools without a cluster); `pace` None: teams' pod creates are not paced.
     """
 
     def team_snapshot() -> TeamSnapshot | None:
@@ -121,6 +123,13 @@ def bind_reviews(
             return checked  # a template's dry run is not charged: see `templates`
         now = clock()
         verdict = pods.quota_verdict(request, judged(team), now)
+        if isinstance(verdict, Decision) and not verdict.allowed:
+            return verdict
+        if pace is not None:  # last: a create the rules refuse takes no turn of the pace
+            namespace = str(request.get("namespace") or "")
+            paced = await pace.admit(request, team.labels_of(namespace))
+            if paced is not None:
+                return paced
         if isinstance(verdict, Decision):
             return verdict
         assert teams is not None  # only a team view yields reservations
@@ -230,6 +239,7 @@ async def serve(
     foreign_schedulers: ForeignSchedulers = "refuse",
     eviction_wait: float | None = None,
     reclaim_default: bool | None = None,
+    pace: createpace.CreatePace | None = None,
 ) -> None:
     """Run the webhooks over HTTPS until cancelled.
 
@@ -239,13 +249,15 @@ async def serve(
     `health_port`: also serve /healthz, /readyz and /metrics over plain HTTP there. The
     certificates are read once at start; a rotated certificate takes effect on restart.
     `eviction_wait` None: PILOTFISH_EVICTION_WAIT_SECONDS, and `reclaim_default` None:
-    PILOTFISH_RECLAIM, read once here (a bad value raises ValueError naming it, before
-    anything is served).
+    PILOTFISH_RECLAIM, and `pace` None: PILOTFISH_TEAM_POD_CREATES_* (`createpace`), read
+    once here (a bad value raises ValueError naming it, before anything is served).
     """
     if eviction_wait is None:
         eviction_wait = tolerations.eviction_wait_from_env()
     if reclaim_default is None:
         reclaim_default = reclaim.default_from_env()  # ValueError naming PILOTFISH_RECLAIM
+    if pace is None:
+        pace = createpace.CreatePace.from_env(podupdate.pilotfish_namespace())
     context = server_ssl_context(certfile, keyfile, client_ca)
     if client_ca is None:
         log.warning(
@@ -284,6 +296,7 @@ async def serve(
                 foreign_schedulers=foreign_schedulers,
                 eviction_wait=eviction_wait,
                 reclaim_default=reclaim_default,
+                pace=pace,
             ),
             ready=ready,
         )

@@ -43,14 +43,14 @@ if __package__ in (None, ""):  # run as `python benchmarks/batch_job.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import (
-    create_namespace,
     delete_namespace,
     emit,
     load,
     log,
+    open_team,
     quiet_machine,
     rounded,
-    wait_for,
+    team_namespace,
 )
 from benchmarks.probes.watches import AuditTail
 from benchmarks.probes.writes import WriteCounts, by_role, count_writes, per_task
@@ -59,7 +59,7 @@ from pilotfish.devcluster.cluster import ClusterSpec, running_cluster
 from pilotfish.devcluster.components import Layout
 from pilotfish.devcluster.stages import ANNOTATION_RUN_SECONDS
 from pilotfish.kube.client import api_client
-from pilotfish.kube.rest import BATCHWORKLOADS, PODS, TEAMQUOTAS, ApiError, Resource, Rest
+from pilotfish.kube.rest import BATCHWORKLOADS, PODS, ApiError, Resource, Rest
 
 PORT_OFFSET = 16000
 TARGET_RATIO = 1.0
@@ -129,42 +129,6 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return None
 
 
-async def open_team(rest: Rest) -> None:
-    """A TeamQuota granting the bench team every band without limits, seen by admission."""
-    body = {
-        "apiVersion": names.API_VERSION,
-        "kind": "TeamQuota",
-        "metadata": {"name": TEAM},
-        "spec": {"team": TEAM, "bands": {band: {} for band in names.BANDS}},
-    }
-    try:
-        await rest.create(TEAMQUOTAS.path(), body)
-    except ApiError as e:
-        if e.status != 409:
-            raise
-
-
-async def team_namespace(rest: Rest, namespace: str) -> None:
-    await create_namespace(rest, namespace, {names.LABEL_TEAM: TEAM})
-    probe = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "probe"},
-        "spec": {"containers": [{"name": "c", "image": "example/probe:1"}]},
-    }
-
-    async def admitted() -> bool:
-        try:
-            await rest.request("POST", PODS.path(namespace), body=probe, params={"dryRun": "All"})
-        except ApiError as e:
-            if e.status in (403, 404, 500, 503):  # no ServiceAccount yet, quota not seen yet
-                return False
-            raise
-        return True
-
-    await wait_for(f"admission of pods in {namespace}", admitted, within=60)
-
-
 async def unbound(rest: Rest, namespace: str) -> int:
     items, _ = await rest.list_pages(
         PODS.path(namespace), {"fieldSelector": "spec.nodeName=,status.phase=Pending"}
@@ -193,7 +157,7 @@ async def run_phase(
 ) -> tuple[dict[str, Any], WriteCounts]:
     """Create the owner, wait for its Complete condition; its figures and its writes."""
     namespace = NAMESPACE[kind]
-    await team_namespace(rest, namespace)
+    await team_namespace(rest, namespace, TEAM)
     for _ in audit.events():  # everything before the phase is someone else's
         pass
     path, body = owner(kind, args)
@@ -273,7 +237,7 @@ async def measure(layout: Layout, args: argparse.Namespace) -> dict[str, Any]:
     rest = Rest(api)
     phases: dict[str, Any] = {}
     try:
-        await open_team(rest)
+        await open_team(rest, TEAM)
         audit = AuditTail(layout.logs / "audit.log")
         order = KINDS if args.order == "job-first" else tuple(reversed(KINDS))
         for kind in order:

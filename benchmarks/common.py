@@ -22,10 +22,11 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pilotfish import names
 from pilotfish.devcluster import supervisor
 from pilotfish.devcluster.cluster import ClusterSpec, running_cluster
 from pilotfish.devcluster.components import Layout
-from pilotfish.kube.rest import NAMESPACES, ApiError, Rest
+from pilotfish.kube.rest import NAMESPACES, PODS, TEAMQUOTAS, ApiError, Rest
 
 T = TypeVar("T")
 
@@ -95,6 +96,46 @@ async def create_namespace(rest: Rest, name: str, labels: dict[str, str]) -> Non
         NAMESPACES.path(),
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}},
     )
+
+
+async def open_team(rest: Rest, team: str) -> None:
+    """A TeamQuota granting `team` every band without limits (a team no TeamQuota grants
+    runs nothing)."""
+    body = {
+        "apiVersion": names.API_VERSION,
+        "kind": "TeamQuota",
+        "metadata": {"name": team},
+        "spec": {"team": team, "bands": {band: {} for band in names.BANDS}},
+    }
+    try:
+        await rest.create(TEAMQUOTAS.path(), body)
+    except ApiError as e:
+        if e.status != 409:
+            raise
+
+
+async def team_namespace(
+    rest: Rest, namespace: str, team: str, labels: dict[str, str] | None = None
+) -> None:
+    """Namespace `namespace` of `team` (and `labels`), once admission admits pods there."""
+    await create_namespace(rest, namespace, {names.LABEL_TEAM: team} | (labels or {}))
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe"},
+        "spec": {"containers": [{"name": "c", "image": "example/probe:1"}]},
+    }
+
+    async def admitted() -> bool:
+        try:
+            await rest.request("POST", PODS.path(namespace), body=probe, params={"dryRun": "All"})
+        except ApiError as e:
+            if e.status in (403, 404, 500, 503):  # no ServiceAccount yet, quota not seen yet
+                return False
+            raise
+        return True
+
+    await wait_for(f"admission of pods in {namespace}", admitted, within=60)
 
 
 async def wait_default_service_account(rest: Rest, namespace: str, within: float = 60) -> None:

@@ -20,6 +20,7 @@ from pilotfish.kube.transport import HttpTransport
 HOLD_GATE = "bench.pilotfish.io/hold"  # not a Pilotfish gate: nothing ever releases it
 FLOOD_LABEL = "bench.pilotfish.io/flood"
 RETRIED = (429, 500, 503, 504)
+MAX_THROTTLED = 100  # Retry-After waits for one pod before it counts as an error
 
 
 def flood_plan(pods: int, procs: int, clients: int, users: list[str]) -> list[dict[str, Any]]:
@@ -55,8 +56,16 @@ def flood_pod(name: str) -> dict[str, Any]:
 class Tally:
     created: int = 0
     retries: int = 0
+    throttled: int = 0  # 429s that said when to retry (Pilotfish's pace), waited out
     errors: int = 0
     first_error: str = ""
+
+
+def retry_after(e: ApiError) -> float | None:
+    """The seconds a 429 asks the client to wait (Retry-After: API Priority and Fairness
+    and Pilotfish's pace both send it), which client-go waits out; None when it names
+    none."""
+    return e.retry_after if e.status == 429 else None
 
 
 def flood_worker(
@@ -89,15 +98,23 @@ async def _flood(
         rest = clients[k % len(clients)]
         while indexes:
             body = flood_pod(f"a-{indexes.pop()}")
-            for attempt in range(20):
+            failed = waited = 0
+            while True:
                 try:
                     await rest.create(path, body)
                     out.created += 1
                     break
                 except ApiError as e:
-                    if e.status in RETRIED and attempt < 19:
+                    wait = retry_after(e)
+                    if wait is not None and waited < MAX_THROTTLED:  # as client-go does
+                        waited += 1
+                        out.throttled += 1
+                        await asyncio.sleep(wait)
+                        continue
+                    failed += 1
+                    if e.status in RETRIED and failed < 20:
                         out.retries += 1
-                        await asyncio.sleep(0.05 * (attempt + 1))
+                        await asyncio.sleep(0.05 * failed)
                         continue
                     out.errors += 1
                     out.first_error = out.first_error or str(e)

@@ -43,13 +43,15 @@ from typing import Any, Final
 if __package__ in (None, ""):  # run as `python benchmarks/scale.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.batch_job import TEAM, open_team, team_namespace
+from benchmarks.batch_job import TEAM
 from benchmarks.common import (
     bounded,
     delete_namespace,
     log,
     on_own_cluster,
+    open_team,
     sample_every,
+    team_namespace,
 )
 from benchmarks.probes import batchworkload as bwl
 from benchmarks.probes import scale as sc
@@ -125,10 +127,10 @@ class Run:
         return [round(at - self.started, 2), round(time.monotonic() - at, 3)]
 
     async def setup(self) -> None:
-        await open_team(self.rest)
+        await open_team(self.rest, TEAM)
         for ns in (PROD_NS, BATCH_NS):
             await delete_namespace(self.rest, ns)  # an earlier run's, on a kept cluster
-            await team_namespace(self.rest, ns)
+            await team_namespace(self.rest, ns, TEAM)
         await self.rest.create(SERVICEWORKLOADS.path(PROD_NS), sc.service(LAG_PROBE, TEAM, 0))
         await self.lag_once()  # the controller answers before the clock starts
 

@@ -62,6 +62,16 @@ WEBHOOK_QUOTA_CONFLICTS = Counter(
     "pilotfish_webhooks_quota_reservation_conflicts_total",
     "TeamQuota reservations that lost a race to another admission and were decided again.",
 )
+WEBHOOK_POD_CREATE_HOLD_SECONDS = Histogram(
+    "pilotfish_webhooks_pod_create_hold_seconds",
+    "How long admission held a tenant's pod create for its team's pace (0: a token was there).",
+    buckets=(0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0),
+)
+WEBHOOK_POD_CREATES_THROTTLED = Counter(
+    "pilotfish_webhooks_pod_creates_throttled_total",
+    "Tenants' pod creates refused with 429 because their team's pace allowed none for longer "
+    "than a create may be held.",
+)
 
 OPERATOR_RECONCILE_ERRORS = Counter(
     "pilotfish_operator_reconcile_errors_total",

@@ -62,6 +62,13 @@ def operator_username(namespace: str) -> str:
     return f"system:serviceaccount:{namespace}:{WRITER}"
 
 
+def pilotfish_creators(namespace: str) -> frozenset[str]:
+    """The accounts Pilotfish creates tenants' pods as, in `namespace`: the operator's
+    (ServiceWorkloads) and the batch operator's (BatchWorkloads)."""
+    batch = names.service_account_user(namespace, names.SA_BATCH)
+    return frozenset({operator_username(namespace), batch})
+
+
 @dataclass(frozen=True, order=True)
 class Change:
     """One Pilotfish key an update adds, changes or removes."""

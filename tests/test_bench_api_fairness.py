@@ -7,7 +7,8 @@ import pytest
 
 from benchmarks import apf_metrics
 from benchmarks.api_fairness import PORT_OFFSET, ratio, summary, team_users
-from benchmarks.pod_flood import FLOOD_LABEL, HOLD_GATE, flood_plan, flood_pod
+from benchmarks.pod_flood import FLOOD_LABEL, HOLD_GATE, flood_plan, flood_pod, retry_after
+from pilotfish.kube.rest import ApiError
 
 
 @pytest.mark.parametrize(
@@ -101,3 +102,9 @@ def test_apf_metrics_sum_counters_per_level_and_keep_seat_gauges() -> None:
     assert change["pilotfish-tenants"]["requests"] == 20.0  # counters: the difference
     assert change["pilotfish-tenants"]["nominal_seats"] == 221.0  # gauges: as read at the end
     assert change["global-default"]["requests"] == 0.0
+
+
+def test_the_flood_waits_out_a_429s_retry_after_as_client_go_does() -> None:
+    assert retry_after(ApiError(429, "TooManyRequests", "slow down", retry_after=3)) == 3.0
+    assert retry_after(ApiError(429, "Unknown", "Too many requests")) is None
+    assert retry_after(ApiError(503, "ServiceUnavailable", "x", retry_after=3)) is None

@@ -1,5 +1,6 @@
 """The shared API client does not look up proxies and netrc credentials per request when the
-process has none configured, and still does when it has."""
+process has none configured, and still does when it has; a refusal carries the Retry-After
+the server asked for, from API Priority and Fairness's plain-text 429 as from a Status."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from aiohttp.helpers import get_env_proxy_for_url
 from aiohttp.test_utils import TestServer
 
 from pilotfish.kube.client import api_client, environment_matters
-from pilotfish.kube.rest import Rest
+from pilotfish.kube.rest import ApiError, Rest
 
 
 def test_the_environment_matters_only_with_a_proxy_or_netrc(tmp_path: Path) -> None:
@@ -22,6 +23,17 @@ def test_the_environment_matters_only_with_a_proxy_or_netrc(tmp_path: Path) -> N
     assert environment_matters({"NETRC": str(tmp_path / "n")}, tmp_path)
     (tmp_path / ".netrc").write_text("machine api login a password b\n")
     assert environment_matters({}, tmp_path)
+
+
+def kubeconfig_for(tmp_path: Path, port: int | None) -> str:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    return str(kubeconfig)
 
 
 async def requests_looking_up_proxies(
@@ -48,14 +60,7 @@ async def requests_looking_up_proxies(
 
     app.router.add_get("/version", version)
     async with TestServer(app) as server:
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-            f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{server.port}'}}}}]\n"
-            "users: [{name: u, user: {token: t}}]\n"
-            "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
-        )
-        api = await api_client(str(kubeconfig))
+        api = await api_client(kubeconfig_for(tmp_path, server.port))
         try:
             for _ in range(3):
                 assert await Rest(api).get("/version") == {"gitVersion": "v1"}
@@ -76,3 +81,40 @@ async def test_a_configured_proxy_is_still_honoured(
     # NO_PROXY for the test server's address: aiohttp looks the proxy up and then bypasses it.
     env = {"HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1"}
     assert await requests_looking_up_proxies(tmp_path, monkeypatch, env) == 3
+
+
+async def test_a_refusal_carries_the_retry_after_the_server_asked_for(tmp_path: Path) -> None:
+    async def flow_control(_: web.Request) -> web.Response:
+        # As API Priority and Fairness refuses: plain text, the wait in the header only.
+        return web.Response(
+            status=429, text="Too many requests, please try again later.\n",
+            headers={"Retry-After": "1"},
+        )  # fmt: skip
+
+    async def admission(_: web.Request) -> web.Response:
+        status = {"kind": "Status", "reason": "TooManyRequests", "message": "team a: slow down"}
+        return web.json_response(status, status=429, headers={"Retry-After": "3"})
+
+    async def conflict(_: web.Request) -> web.Response:
+        return web.json_response({"kind": "Status", "reason": "Conflict"}, status=409)
+
+    app = web.Application()
+    app.router.add_post("/apf", flow_control)
+    app.router.add_post("/admission", admission)
+    app.router.add_post("/conflict", conflict)
+    async with TestServer(app) as server:
+        api = await api_client(kubeconfig_for(tmp_path, server.port))
+        try:
+            rest = Rest(api)
+            seen = {}
+            for path in ("/apf", "/admission", "/conflict"):
+                with pytest.raises(ApiError) as refused:
+                    await rest.create(path, {})
+                seen[path] = (refused.value.status, refused.value.reason, refused.value.retry_after)
+        finally:
+            await api.close()
+    assert seen == {
+        "/apf": (429, "Unknown", 1.0),
+        "/admission": (429, "TooManyRequests", 3.0),
+        "/conflict": (409, "Conflict", None),
+    }

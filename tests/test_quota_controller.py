@@ -221,6 +221,10 @@ class Running:
         )
         return used
 
+    def held(self, band: str, name: str = "t") -> dict[str, Any]:
+        """`used` of `band` as written (empty before anything is)."""
+        return dict((self.status(name).get("used") or {}).get(band) or {})
+
     def reserved_uids(self, name: str = "t") -> list[str]:
         return [r["uid"] for r in self.status(name).get("reservations") or []]
 
@@ -392,6 +396,27 @@ async def test_returned_room_is_written_once_per_interval_and_new_usage_at_once(
     await wait_for("the room returned in one write", lambda: run.used_cpu() == "2")
     await api.settle()
     assert len(api.writes("teamquotas/t/status")) == writes + 1
+
+
+async def test_usage_no_limit_bounds_is_written_once_per_interval(coalescing: Running) -> None:
+    """Batch is not granted here and production limits cpu only: pods of the batch band
+    and production's memory change no decision, so a team creating them by the dozen costs
+    one TeamQuota write a second, not one per pod."""
+    run, api, clock = coalescing, coalescing.api, coalescing.clock
+    clock.advance(1.0)
+    run.put_pod(pod("first", "0", band="batch"))
+    await wait_for("a pod after a quiet interval counted at once", lambda: run.held("batch"))
+    writes = len(api.writes("teamquotas/t/status"))
+    for i in range(6):
+        run.put_pod(pod(f"b{i}", "0", band="batch"))
+    run.put_pod(pod("m", "0", memory="1Gi"))
+    await api.settle()
+    assert len(api.writes("teamquotas/t/status")) == writes, "nothing written within the interval"
+    clock.advance(1.0)
+    await wait_for("all of them in one write", lambda: run.held("batch").get("pods") == 7)
+    await api.settle()
+    assert len(api.writes("teamquotas/t/status")) == writes + 1
+    assert run.status()["used"]["production"]["memory"] == "1Gi"
 
 
 async def test_a_reservation_is_settled_at_once_while_its_pod_is_there(

@@ -4,14 +4,17 @@ reconcile = observe → decide → apply, keyed by TeamQuota name.
 A pod event re-enqueues the TeamQuotas of its namespace's team only when the pod's charge
 changed; a namespace whose team label moves re-enqueues both teams' quotas.
 
-Most writes are made at once: a pod started without a reservation must be counted before
-anyone hands its room out again, and a reservation must be settled while its pod is there
-to be counted (settled after the pod is gone, it would look like one whose pod never
-appeared and wait out its TTL). A write that only lowers `used` (pods ended), with the
-reservations unchanged, waits until `min_write_interval` (1 s) has passed since the
-TeamQuota's last write and takes everything that changed meanwhile: a batch job ending
-tasks by the dozen per second otherwise costs the API server a TeamQuota update per task.
-Waiting there is safe, as the ledger holds more than it needs to until then, never less.
+Some writes are made at once: a pod started without a reservation must be counted in a
+resource its band limits before anyone hands that room out again, and a reservation must be
+settled while its pod is there to be counted (settled after the pod is gone, it would look
+like one whose pod never appeared and wait out its TTL). Any other write, with the
+reservations unchanged (pods ended, or pods started in what no limit bounds: an unlimited
+band's pod count), waits until `min_write_interval` (1 s) has passed since the TeamQuota's
+last write and takes everything that changed meanwhile: a batch job ending tasks by the
+dozen per second, or a team creating raw pods in an unlimited band, otherwise costs the API
+server a TeamQuota update per pod (and every TeamQuota watcher an event). Waiting there is
+safe, as no decision reads what it changes: the ledger holds more than it needs to until
+then, never less, where a limit exists.
 
 While a status write of ours is not yet in the informer, the cached TeamQuota is older than
 what we wrote: reconcile waits for it (the event that shows the write re-enqueues it).
@@ -48,15 +51,20 @@ EXPIRY_SLACK: Final = 0.1
 MIN_WRITE_INTERVAL_SECONDS: Final = 1.0
 
 
-def only_lowers(tq: Obj, status: Obj) -> bool:
-    """Whether writing `status` keeps `tq`'s reservations as they are and lowers or keeps,
-    never raises, what every band holds in every resource."""
+def may_wait(tq: Obj, status: Obj) -> bool:
+    """Whether writing `status` may wait for the next interval: it keeps `tq`'s reservations
+    as they are and raises nothing a band limits. Room returned, and usage of what no limit
+    bounds (an unlimited band's pods, a resource its band leaves out), change no decision
+    of admission or the gate controller; usage of a limited resource does."""
     before, after = Ledger.of(tq), Ledger.of({**tq, "status": status})
     if before.reservations != after.reservations:
         return False
     for band in BANDS:
+        limits = after.limits.get(band) or {}
         was, now = before.held(band), after.held(band)
-        if any(amount > was.get(resource, 0) for resource, amount in now.items()):
+        if any(
+            amount > was.get(resource, 0) and resource in limits for resource, amount in now.items()
+        ):
             return False
     return True
 
@@ -144,7 +152,7 @@ class QuotaController:
         if plan is not None:
             now = self.rt.clock.monotonic()
             since = now - self.last_write.get(name, now - self.min_write_interval)
-            if since < self.min_write_interval and only_lowers(tq, plan.status):
+            if since < self.min_write_interval and may_wait(tq, plan.status):
                 return requeue_after(self.min_write_interval - since, "coalescing status writes")
             self.last_write[name] = now
         result = DONE if plan is None else await apply(self.rt.rest, self.writes, tq, plan)

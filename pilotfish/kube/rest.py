@@ -29,12 +29,22 @@ APPLY_PATCH = "application/apply-patch+yaml"
 class ApiError(Exception):
     """A non-2xx answer; `status`, `reason` and `message` come from the API's Status object."""
 
-    def __init__(self, status: int, reason: str, message: str, body: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        status: int,
+        reason: str,
+        message: str,
+        body: dict[str, Any] | None = None,
+        retry_after: float | None = None,
+    ):
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
         self.body = body or {}
+        # Seconds the server asked the client to wait (Retry-After: API Priority and
+        # Fairness sends it with a plain-text 429, admission with a Status).
+        self.retry_after = retry_after
 
     @property
     def conflict(self) -> bool:
@@ -88,12 +98,27 @@ TEAMQUOTAS = Resource(GROUP, VERSION, "teamquotas", namespaced=False)
 NODEMAINTENANCES = Resource(GROUP, VERSION, "nodemaintenances", namespaced=False)
 
 
-def _error(status: int, raw: bytes) -> ApiError:
+def _retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """The Retry-After header in seconds (the API server sends whole seconds); None when
+    absent or not a positive number."""
+    raw = (headers or {}).get("Retry-After")
+    try:
+        seconds = float(raw) if raw else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 < seconds < 3600 else None
+
+
+def _error(status: int, raw: bytes, headers: Mapping[str, str] | None = None) -> ApiError:
+    wait = _retry_after(headers)
     try:
         body = json.loads(raw)
     except ValueError:
-        return ApiError(status, "Unknown", raw.decode(errors="replace")[:500])
-    return ApiError(status, str(body.get("reason", "")), str(body.get("message", "")), body)
+        return ApiError(status, "Unknown", raw.decode(errors="replace")[:500], None, wait)
+    if not isinstance(body, dict):
+        return ApiError(status, "Unknown", raw.decode(errors="replace")[:500], None, wait)
+    reason, message = str(body.get("reason", "")), str(body.get("message", ""))
+    return ApiError(status, reason, message, body, wait)
 
 
 class Rest:
@@ -133,7 +158,7 @@ class Rest:
         )
         raw = await resp.read()
         if resp.status >= 300:
-            raise _error(resp.status, raw)
+            raise _error(resp.status, raw, resp.headers)
         out: dict[str, Any] = orjson.loads(raw) if raw else {}
         return out
 
@@ -207,7 +232,7 @@ class Rest:
         )
         try:
             if resp.status >= 300:
-                raise _error(resp.status, await resp.read())
+                raise _error(resp.status, await resp.read(), resp.headers)
             async for line in resp.content:
                 if not line.strip():
                     continue

@@ -111,6 +111,13 @@ def summary(values: list[float]) -> dict[str, float | int | None]:
     }
 
 
+def slowest_of(latencies: list[float], sent_at: list[float], count: int = 10) -> list[list[float]]:
+    """The `count` slowest writes as [UTC seconds sent, seconds taken], slowest first: when
+    the tail came, to line up with the components' logs (a compaction, a relist)."""
+    worst = sorted(zip(latencies, sent_at, strict=True), reverse=True)[:count]
+    return [[round(at, 3), round(took, 4)] for took, at in worst]
+
+
 def ratio(flood_p99: float | None, idle_p99: float | None) -> float | None:
     """The figure; None when a phase measured nothing (it is reported, never guessed)."""
     if not flood_p99 or not idle_p99:
@@ -127,6 +134,7 @@ class Writer:
     namespace: str
     prefix: str
     latencies: list[float] = field(default_factory=list)
+    sent_at: list[float] = field(default_factory=list)  # wall clock, to line up with logs
     retries: int = 0
     errors: int = 0
     written: int = 0
@@ -154,6 +162,7 @@ class Writer:
                 self.errors += 1
                 break
         self.latencies.append(time.monotonic() - started)
+        self.sent_at.append(time.time() - (time.monotonic() - started))
         self.written += 1
 
     async def steadily(self, interval: float, until: Callable[[], bool]) -> None:
@@ -165,6 +174,10 @@ class Writer:
             delay = next_slot - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
+
+
+def slowest(writer: Writer) -> list[list[float]]:
+    return slowest_of(writer.latencies, writer.sent_at)
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -294,8 +307,10 @@ async def phase(rest: Rest, kubeconfig: str, args: argparse.Namespace, tag: str)
         "quiet_wait_seconds": round(waited, 1),
         "load_average": {"start": load_start, "end": load_end},
         "team_b_idle_writes": summary(idle.latencies)
+        | {"slowest": slowest(idle)}
         | {"retries_429_5xx": idle.retries, "errors": idle.errors},
         "team_b_writes_during_flood": summary(flooding.latencies)
+        | {"slowest": slowest(flooding)}
         | {"retries_429_5xx": flooding.retries, "errors": flooding.errors},
         "apf_during_flood_by_level": apf,
         "team_a_flood": {

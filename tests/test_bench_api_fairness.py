@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import apf_metrics
-from benchmarks.api_fairness import PORT_OFFSET, ratio, summary, team_users
+from benchmarks.api_fairness import PORT_OFFSET, ratio, slowest_of, summary, team_users
 from benchmarks.pod_flood import FLOOD_LABEL, HOLD_GATE, flood_plan, flood_pod, retry_after
 from pilotfish.kube.rest import ApiError
 
@@ -108,3 +108,7 @@ def test_the_flood_waits_out_a_429s_retry_after_as_client_go_does() -> None:
     assert retry_after(ApiError(429, "TooManyRequests", "slow down", retry_after=3)) == 3.0
     assert retry_after(ApiError(429, "Unknown", "Too many requests")) is None
     assert retry_after(ApiError(503, "ServiceUnavailable", "x", retry_after=3)) is None
+
+
+def test_the_slowest_writes_are_named_with_when_they_were_sent() -> None:
+    assert slowest_of([0.1, 0.5, 0.2], [10.0, 11.0, 12.0], count=2) == [[11.0, 0.5], [12.0, 0.2]]

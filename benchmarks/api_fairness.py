@@ -45,8 +45,6 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,29 +58,26 @@ from benchmarks.common import (
     load,
     log,
     open_team,
-    percentile,
     quiet_machine,
-    rounded,
     team_namespace,
     wait_for,
 )
-from benchmarks.pod_flood import FLOOD_LABEL, RETRIED, flood_plan, flood_worker
+from benchmarks.pod_flood import FLOOD_LABEL, flood_plan, flood_worker
+from benchmarks.probes.flowcontrol import (
+    classification,
+    remove_flow_control,
+    tune_level,
+    webhooks_off,
+)
+from benchmarks.probes.steady_writes import WRITES_LABEL, Writer, slowest, summary
 from pilotfish.devcluster.cluster import ClusterSpec, running_cluster
 from pilotfish.kube.client import api_client
-from pilotfish.kube.rest import NAMESPACES, PODS, ApiError, Rest
+from pilotfish.kube.rest import PODS, ApiError, Rest
 from pilotfish.webhooks import createpace
 
 PORT_OFFSET = 14000
 TARGET = 1.5
 TEAMS = ("team-a", "team-b")
-FLOWCONTROL = "/apis/flowcontrol.apiserver.k8s.io/v1"
-SCHEMAS = (
-    "pilotfish-production",
-    "pilotfish-batch",
-    "pilotfish-batch-submissions",
-    "pilotfish-tenants",
-)
-LEVELS = ("pilotfish-production", "pilotfish-batch", "pilotfish-tenants", "pilotfish-tenant-pods")
 WATCHED_LEVELS = (
     "pilotfish-tenant-pods",
     "pilotfish-tenants",
@@ -90,8 +85,6 @@ WATCHED_LEVELS = (
     "workload-low",
     "pilotfish-production",
 )
-WRITES_LABEL = "bench.pilotfish.io/writes"
-WEBHOOKS_OFF = "pilotfish.io/webhooks"
 
 
 # --- pure parts ----------------------------------------------------------------------------
@@ -101,83 +94,11 @@ def team_users(team: str, count: int) -> list[str]:
     return [f"{team}-user-{i}" for i in range(count)]
 
 
-def summary(values: list[float]) -> dict[str, float | int | None]:
-    return {
-        "count": len(values),
-        "p50_s": rounded(percentile(values, 50)),
-        "p90_s": rounded(percentile(values, 90)),
-        "p99_s": rounded(percentile(values, 99)),
-        "max_s": rounded(max(values) if values else None),
-    }
-
-
-def slowest_of(latencies: list[float], sent_at: list[float], count: int = 10) -> list[list[float]]:
-    """The `count` slowest writes as [UTC seconds sent, seconds taken], slowest first: when
-    the tail came, to line up with the components' logs (a compaction, a relist)."""
-    worst = sorted(zip(latencies, sent_at, strict=True), reverse=True)[:count]
-    return [[round(at, 3), round(took, 4)] for took, at in worst]
-
-
 def ratio(flood_p99: float | None, idle_p99: float | None) -> float | None:
     """The figure; None when a phase measured nothing (it is reported, never guessed)."""
     if not flood_p99 or not idle_p99:
         return None
     return round(flood_p99 / idle_p99, 3)
-
-
-# --- team B: steady writes, timed in this process --------------------------------------------
-
-
-@dataclass
-class Writer:
-    rest: Rest
-    namespace: str
-    prefix: str
-    latencies: list[float] = field(default_factory=list)
-    sent_at: list[float] = field(default_factory=list)  # wall clock, to line up with logs
-    retries: int = 0
-    errors: int = 0
-    written: int = 0
-
-    async def write(self) -> None:
-        """One write: create a ConfigMap, or update the last one created (alternately)."""
-        i = self.written
-        path = f"/api/v1/namespaces/{self.namespace}/configmaps"
-        name = f"{self.prefix}-{i // 2}"
-        started = time.monotonic()
-        for attempt in range(20):
-            try:
-                if i % 2 == 0:
-                    meta = {"name": name, "labels": {WRITES_LABEL: "true"}}
-                    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
-                    await self.rest.create(path, body | {"data": {"v": "0"}})
-                else:
-                    await self.rest.patch(f"{path}/{name}", {"data": {"v": str(i)}})
-                break
-            except ApiError as e:
-                if e.status in RETRIED and attempt < 19:
-                    self.retries += 1
-                    await asyncio.sleep(0.05 * (attempt + 1))
-                    continue
-                self.errors += 1
-                break
-        self.latencies.append(time.monotonic() - started)
-        self.sent_at.append(time.time() - (time.monotonic() - started))
-        self.written += 1
-
-    async def steadily(self, interval: float, until: Callable[[], bool]) -> None:
-        """One write every `interval` seconds (on a fixed schedule, not after each answer)."""
-        next_slot = time.monotonic()
-        while not until():
-            await self.write()
-            next_slot += interval
-            delay = next_slot - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-
-
-def slowest(writer: Writer) -> list[list[float]]:
-    return slowest_of(writer.latencies, writer.sent_at)
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -219,26 +140,6 @@ async def setup(rest: Rest, flood_users: list[str], writer: str) -> None:
     await wait_for("team B's edit binding", may_write, within=60)
 
 
-async def classification(rest: Rest, user: str) -> dict[str, str | None]:
-    """The FlowSchema and priority level the API server puts `user`'s writes in now."""
-    resp = await rest.api.send(
-        "PATCH",
-        "/api/v1/namespaces/team-b/configmaps/probe",
-        params=None,
-        headers={"Impersonate-User": user, "Content-Type": "application/merge-patch+json"},
-        body={"data": {"probe": str(time.time())}},
-        request_timeout=30,
-    )
-    await resp.read()
-    by_uid: dict[str, str] = {}
-    for kind in ("flowschemas", "prioritylevelconfigurations"):
-        items, _ = await rest.list_pages(f"{FLOWCONTROL}/{kind}")
-        by_uid |= {i["metadata"]["uid"]: i["metadata"]["name"] for i in items}
-    schema = resp.headers.get("X-Kubernetes-PF-FlowSchema-UID")
-    level = resp.headers.get("X-Kubernetes-PF-PriorityLevel-UID")
-    return {"flowschema": by_uid.get(schema or ""), "priority_level": by_uid.get(level or "")}
-
-
 async def drain(rest: Rest) -> None:
     """Delete every pod and ConfigMap of the phase; wait until they are gone."""
     for team, kind, label in (
@@ -262,7 +163,7 @@ async def phase(rest: Rest, kubeconfig: str, args: argparse.Namespace, tag: str)
     writer_user = team_users("team-b", 1)[0]
     waited = await quiet_machine()
     load_start = load()
-    seen = await classification(rest, writer_user)
+    seen = await classification(rest, writer_user, "team-b")
     log(f"{tag}: team B's writes are in {seen}")
     idle = Writer(rest.impersonating(writer_user), "team-b", f"idle-{tag}")
     await idle.steadily(args.interval, lambda: idle.written >= args.idle_writes)
@@ -330,58 +231,6 @@ async def phase(rest: Rest, kubeconfig: str, args: argparse.Namespace, tag: str)
     }
 
 
-async def tune_level(
-    rest: Rest, level: str, shares: int | None, borrowing: int | None = None
-) -> dict[str, Any]:
-    """The chart's level as installed, or with the shares and borrowing cap asked for
-    (--tenants-shares, --tenants-borrowing, --pod-shares: to find out where fairness starts
-    to bite)."""
-    path = f"{FLOWCONTROL}/prioritylevelconfigurations/{level}"
-    limited: dict[str, Any] = {}
-    if shares is not None:
-        limited["nominalConcurrencyShares"] = shares
-    if borrowing is not None:
-        limited["borrowingLimitPercent"] = borrowing
-    if limited:
-        await rest.patch(path, {"spec": {"limited": limited}})
-    obj = await rest.get(path)
-    spec: dict[str, Any] = obj["spec"]["limited"]
-    return {k: v for k, v in spec.items() if k != "limitResponse"}
-
-
-async def remove_flow_control(rest: Rest) -> None:
-    """The WITHOUT phase: Pilotfish's FlowSchemas and levels gone; the built-ins remain."""
-    for name in SCHEMAS:
-        await rest.delete(f"{FLOWCONTROL}/flowschemas/{name}")
-    for name in LEVELS:
-        await rest.delete(f"{FLOWCONTROL}/prioritylevelconfigurations/{name}")
-
-
-async def webhooks_off(rest: Rest, namespace: str) -> None:
-    """Take `namespace` out of Pilotfish's webhooks (the chart's namespaceSelector), and wait
-    until the API server no longer calls them there: a pod the tenancy rules refuse (it
-    names a scheduler nobody runs) is then admitted in a dry run."""
-    labels = {WEBHOOKS_OFF: "disabled"}
-    await rest.patch(NAMESPACES.path(name=namespace), {"metadata": {"labels": labels}})
-    probe = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "probe"},
-        "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "x"}]},
-    }
-
-    async def admitted() -> bool:
-        try:
-            await rest.request("POST", PODS.path(namespace), body=probe, params={"dryRun": "All"})
-        except ApiError as e:
-            if e.status == 403:
-                return False
-            raise
-        return True
-
-    await wait_for(f"the webhooks to leave {namespace} alone", admitted, within=60)
-
-
 async def measure(kubeconfig: str, args: argparse.Namespace, out: dict[str, Any]) -> None:
     """Each phase's figures into `out` as it ends, so a later phase's failure keeps them."""
     api = await api_client(kubeconfig)
@@ -401,7 +250,9 @@ async def measure(kubeconfig: str, args: argparse.Namespace, out: dict[str, Any]
         await remove_flow_control(rest)
 
         async def tenants_schema_gone() -> bool:
-            return (await classification(rest, writer))["flowschema"] != "pilotfish-tenants"
+            return (await classification(rest, writer, "team-b"))[
+                "flowschema"
+            ] != "pilotfish-tenants"
 
         await wait_for("the API server to drop Pilotfish's FlowSchemas", tenants_schema_gone, 60)
         out["without_pilotfish"] = await phase(rest, kubeconfig, args, "without")

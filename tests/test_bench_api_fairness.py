@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import apf_metrics
-from benchmarks.api_fairness import PORT_OFFSET, ratio, slowest_of, summary, team_users
+from benchmarks.api_fairness import PORT_OFFSET, ratio, team_users
 from benchmarks.pod_flood import FLOOD_LABEL, HOLD_GATE, flood_plan, flood_pod, retry_after
+from benchmarks.probes.steady_writes import slowest_of, summary
 from pilotfish.kube.rest import ApiError
 
 

@@ -141,13 +141,15 @@ def take(
     return Bucket(tokens - 1.0, now), Hold(wait)
 
 
-def throttled(team: str, settings: PaceSettings, retry_after: float) -> Decision:
-    """429 with the team, the rate and when to retry (the API server's Retry-After)."""
+def throttled(who: str, settings: PaceSettings, retry_after: float) -> Decision:
+    """429 naming who is paced (`team X` or `namespace Y`), the pace this replica keeps and
+    when to retry (the API server's Retry-After)."""
     seconds = max(1, math.ceil(retry_after))
     return Decision.deny(
-        f"team {team} is creating pods faster than its pace of {settings.per_second:g} per "
-        f"second (burst {settings.burst}) allows; retry in {seconds}s "
-        "(BatchWorkloads and ServiceWorkloads are paced by Pilotfish and never refused here)",
+        f"{who} is creating pods faster than its pace allows ({settings.per_second:g} a "
+        f"second with a burst of {settings.burst} at this webhook replica); retry in "
+        f"{seconds}s (BatchWorkloads and ServiceWorkloads are paced by Pilotfish and never "
+        "refused here)",
         code=429,
         reason="TooManyRequests",
         retry_after=seconds,
@@ -185,8 +187,8 @@ class CreatePace:
         return cls(PaceSettings.from_env(), podmeta.pilotfish_creators(namespace))
 
     def key(self, request: Mapping[str, Any], namespace_labels: Mapping[str, str]) -> str | None:
-        """The team a create is paced as (its namespace's, else the namespace itself); None
-        for a create that is not paced."""
+        """Who a create is paced as, `team X` (its namespace's team) or `namespace Y` (a
+        namespace without one); None for a create that is not paced."""
         if not self.settings.enabled or request.get("dryRun"):
             return None
         if request.get("operation") != "CREATE" or request.get("subResource"):
@@ -198,7 +200,8 @@ class CreatePace:
         user = str(info.get("username") or "")
         if user in self.exempt or not team_creator(user, info.get("groups") or ()):
             return None
-        return tenancy.namespace_team(namespace_labels) or f"namespace {namespace}"
+        team = tenancy.namespace_team(namespace_labels)
+        return f"team {team}" if team else f"namespace {namespace}"
 
     async def admit(
         self, request: Mapping[str, Any], namespace_labels: Mapping[str, str]
@@ -225,9 +228,9 @@ class CreatePace:
                     del self._held[team]
         return None
 
-    def held(self, team: str) -> int:
-        """The team's creates waiting for their turn now."""
-        return self._held.get(team, 0)
+    def held(self, who: str) -> int:
+        """Creates of `who` (a `key`) waiting for their turn now."""
+        return self._held.get(who, 0)
 
     def _store(self, team: str, bucket: Bucket, now: float) -> None:
         self._buckets[team] = bucket

@@ -164,7 +164,8 @@ async def test_a_team_is_held_then_refused_with_retry_after() -> None:
     refused = await pace.admit(create(), PAYMENTS)
     assert refused is not None and not refused.allowed
     assert (refused.code, refused.reason, refused.retry_after) == (429, "TooManyRequests", 3)
-    assert "team payments" in refused.message and "10 per second (burst 5)" in refused.message
+    assert refused.message.startswith("team payments is creating pods faster than its pace")
+    assert "10 a second with a burst of 5 at this webhook replica" in refused.message
 
 
 async def test_namespaces_of_one_team_share_a_pace_and_teams_do_not() -> None:
@@ -174,7 +175,8 @@ async def test_namespaces_of_one_team_share_a_pace_and_teams_do_not() -> None:
     assert await pace.admit(create("search"), {names.LABEL_TEAM: "search"}) is None
     # A namespace without a team is paced on its own.
     await exhaust(pace, {}, "scratch")
-    assert await pace.admit(create("scratch"), {}) is not None
+    refused = await pace.admit(create("scratch"), {})
+    assert refused is not None and refused.message.startswith("namespace scratch is creating")
     assert await pace.admit(create("scratch2"), {}) is None
 
 
@@ -231,12 +233,12 @@ async def test_held_creates_are_counted_while_they_wait() -> None:
     assert await pace.admit(create(), PAYMENTS) is None
     waiting = [asyncio.create_task(pace.admit(create(), PAYMENTS)) for _ in range(2)]
     await asyncio.sleep(0)
-    assert pace.held("payments") == 2
+    assert pace.held("team payments") == 2
     refused = await pace.admit(create(), PAYMENTS)
     assert refused is not None and refused.code == 429
     gate.set()
     assert await asyncio.gather(*waiting) == [None, None]
-    assert pace.held("payments") == 0
+    assert pace.held("team payments") == 0
 
 
 # --- through the HTTPS app --------------------------------------------------------------------

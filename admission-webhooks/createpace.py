@@ -92,7 +92,7 @@ class PaceSettings:
             per_second = float(rate) if rate else DEFAULT_PER_SECOND
         except ValueError:
             raise ValueError(f"{RATE_ENV}={rate!r}: must be a number >= 0") from None
-        if burst and not burst.isdigit():
+        if burst and not burst.isdecimal():  # what int() reads ("²" is a digit, not decimal)
             raise ValueError(f"{BURST_ENV}={burst!r}: must be a whole number >= 1")
         return cls(per_second, int(burst) if burst else DEFAULT_BURST)
 
@@ -180,6 +180,7 @@ class CreatePace:
         self._sleep = sleep
         self._buckets: dict[str, Bucket] = {}
         self._held: dict[str, int] = {}
+        self._pruned_at = float("-inf")
 
     @classmethod
     def from_env(cls, namespace: str) -> CreatePace:
@@ -228,14 +229,28 @@ class CreatePace:
                     del self._held[team]
         return None
 
+    def tracked(self) -> int:
+        """Buckets kept (bounded by PRUNE_ABOVE plus those not yet full)."""
+        return len(self._buckets)
+
     def held(self, who: str) -> int:
         """Creates of `who` (a `key`) waiting for their turn now."""
         return self._held.get(who, 0)
 
-    def _store(self, team: str, bucket: Bucket, now: float) -> None:
-        self._buckets[team] = bucket
-        if len(self._buckets) > PRUNE_ABOVE:
-            full = self.settings.burst
-            idle = [k for k, b in self._buckets.items() if tokens_at(b, now, self.settings) >= full]
-            for k in idle:
-                del self._buckets[k]
+    def _store(self, who: str, bucket: Bucket, now: float) -> None:
+        """Keep `who`'s bucket; past PRUNE_ABOVE, drop the full ones (a new bucket starts
+        full: they say nothing). Not on every create: a scan at most once per time a bucket
+        takes to refill, so a thousand busy namespaces do not make each review walk them."""
+        self._buckets[who] = bucket
+        if len(self._buckets) <= PRUNE_ABOVE or now - self._pruned_at < self._refill_seconds:
+            return
+        self._pruned_at = now
+        full = self.settings.burst
+        idle = [k for k, b in self._buckets.items() if tokens_at(b, now, self.settings) >= full]
+        for k in idle:
+            del self._buckets[k]
+
+    @property
+    def _refill_seconds(self) -> float:
+        """From the lowest a bucket goes (every held create charged) back to full."""
+        return (self.settings.burst + self.settings.max_held) / self.settings.per_second

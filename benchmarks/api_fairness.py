@@ -71,7 +71,7 @@ from benchmarks.probes.flowcontrol import (
     tune_level,
     webhooks_off,
 )
-from benchmarks.probes.steady_writes import WRITES_LABEL, Writer, slowest, summary
+from benchmarks.probes.steady_writes import WRITES_LABEL, Writer, summary
 from pilotfish.devcluster.cluster import ClusterSpec, running_cluster
 from pilotfish.kube.client import api_client
 from pilotfish.kube.rest import PODS, ApiError, Rest
@@ -224,10 +224,10 @@ async def phase(rest: Rest, kubeconfig: str, args: argparse.Namespace, tag: str)
         "quiet_wait_seconds": round(waited, 1),
         "load_average": {"start": load_start, "end": load_end},
         "team_b_idle_writes": summary(idle.latencies)
-        | {"slowest": slowest(idle)}
+        | {"slowest": idle.slowest()}
         | {"retries_429_5xx": idle.retries, "errors": idle.errors},
         "team_b_writes_during_flood": summary(flooding.latencies)
-        | {"slowest": slowest(flooding)}
+        | {"slowest": flooding.slowest()}
         | {"retries_429_5xx": flooding.retries, "errors": flooding.errors},
         "apf_during_flood_by_level": apf,
         "team_a_flood": {

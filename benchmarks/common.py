@@ -114,28 +114,43 @@ async def open_team(rest: Rest, team: str) -> None:
             raise
 
 
-async def team_namespace(
-    rest: Rest, namespace: str, team: str, labels: dict[str, str] | None = None
+async def until_pods_admitted(
+    rest: Rest,
+    namespace: str,
+    what: str,
+    refusals: tuple[int, ...],
+    spec: dict[str, Any] | None = None,
 ) -> None:
-    """Namespace `namespace` of `team` (and `labels`), once admission admits pods there."""
-    await create_namespace(rest, namespace, {names.LABEL_TEAM: team} | (labels or {}))
+    """Until a dry-run create of a probe pod (`spec` added to its spec) in `namespace` is
+    admitted; an answer in `refusals` means not yet, any other error is raised."""
     probe = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "probe"},
-        "spec": {"containers": [{"name": "c", "image": "example/probe:1"}]},
+        "spec": {"containers": [{"name": "c", "image": "example/probe:1"}], **(spec or {})},
     }
 
     async def admitted() -> bool:
         try:
             await rest.request("POST", PODS.path(namespace), body=probe, params={"dryRun": "All"})
         except ApiError as e:
-            if e.status in (403, 404, 500, 503):  # no ServiceAccount yet, quota not seen yet
+            if e.status in refusals:
                 return False
             raise
         return True
 
-    await wait_for(f"admission of pods in {namespace}", admitted, within=60)
+    await wait_for(what, admitted, within=60)
+
+
+async def team_namespace(
+    rest: Rest, namespace: str, team: str, labels: dict[str, str] | None = None
+) -> None:
+    """Namespace `namespace` of `team` (and `labels`), once admission admits pods there."""
+    await create_namespace(rest, namespace, {names.LABEL_TEAM: team} | (labels or {}))
+    # 403/500/503: the TeamQuota not seen yet; 404: no default ServiceAccount yet
+    await until_pods_admitted(
+        rest, namespace, f"admission of pods in {namespace}", (403, 404, 500, 503)
+    )
 
 
 async def wait_default_service_account(rest: Rest, namespace: str, within: float = 60) -> None:

@@ -2,11 +2,11 @@
 
 A ServiceAccount of a fresh team (the built-in service-accounts FlowSchema puts it in
 workload-low, whose many seats let its concurrent creates all reach the webhooks) creates
-pods from many threads at once. The webhooks run with the defaults (25 a second, burst 200,
-a create held at most 2 s and 16 held at once): past the burst the team's creates are held
-for their turn and, beyond what may wait, refused with 429, Retry-After and a message naming
-the team; a refused create leaves nothing behind, and what got through stays within the
-burst plus the rate.
+pods from many threads at once. The webhooks run with this environment's settings (by
+default 25 a second, burst 200, a create held at most 2 s and 16 held at once): past the
+burst the team's creates are held for their turn and, beyond what may wait, refused with
+429, Retry-After and a message naming the team; a refused create leaves nothing behind, and
+what got through stays within the burst plus the rate.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import pytest
 from kubernetes import client as k8s
@@ -26,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e.conftest import Env
 from e2e.teams import open_quota, own_team
+from e2e.test_api_fairness import pod
 from pilotfish import names
 from pilotfish.webhooks import createpace
 
@@ -33,7 +33,8 @@ pytestmark = pytest.mark.e2e
 
 CREATES = 600
 THREADS = 48
-SETTINGS = createpace.PaceSettings()  # what the local webhooks run with
+# What the local webhooks run with: they inherit this process's environment.
+SETTINGS = createpace.PaceSettings.from_env()
 
 
 @pytest.fixture
@@ -65,17 +66,6 @@ def service_account_client(env: Env, namespace: str) -> k8s.ApiClient:
     api = k8s.ApiClient(config)
     api.set_default_header("Impersonate-User", user)
     return api
-
-
-def pod(name: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "containers": [{"name": "c", "image": "example/app:1"}],
-            "nodeSelector": {"e2e.pilotfish.io/no-such-node": "true"},  # never runs
-            "terminationGracePeriodSeconds": 0,
-        },
-    }
 
 
 def test_a_teams_flood_is_paced_and_the_excess_refused_with_retry_after(

@@ -59,7 +59,7 @@ def is_pilotfish_key(key: str) -> bool:
 
 def operator_username(namespace: str) -> str:
     """The API server's name for the operator's ServiceAccount in `namespace`."""
-    return f"system:serviceaccount:{namespace}:{WRITER}"
+    return names.service_account_user(namespace, WRITER)
 
 
 def pilotfish_creators(namespace: str) -> frozenset[str]:

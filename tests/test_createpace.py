@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from pilotfish import names, podmeta
-from pilotfish.webhooks import server
+from pilotfish.webhooks import createpace, server
 from pilotfish.webhooks.createpace import (
     BURST_ENV,
     RATE_ENV,
@@ -114,6 +114,7 @@ def test_settings_from_the_environment_name_the_variable() -> None:
         ({RATE_ENV: "nan"}, RATE_ENV),
         ({BURST_ENV: "0"}, BURST_ENV),
         ({BURST_ENV: "1.5"}, BURST_ENV),
+        ({BURST_ENV: "²"}, BURST_ENV),
     ):
         with pytest.raises(ValueError, match=fragment):
             PaceSettings.from_env(env)
@@ -214,6 +215,22 @@ async def test_what_is_never_paced(request_: dict[str, Any]) -> None:
     assert await pace.admit(request_, PAYMENTS) is None
     assert len(clock.slept) == slept, "not held either"
     assert await pace.admit(create(user="system:serviceaccount:shop:bot"), PAYMENTS) is not None
+
+
+async def test_full_buckets_are_dropped_at_most_once_per_refill(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(createpace, "PRUNE_ABOVE", 2)
+    pace, clock = pacer()  # burst 5 + 100 held at 10/s: 10.5 s to refill
+    for team in ("a", "b", "c"):
+        assert await pace.admit(create(), {names.LABEL_TEAM: team}) is None
+    assert pace.tracked() == 3, "the first pass over the bound scans, finds none full"
+    clock.now = 5.0
+    assert await pace.admit(create(), {names.LABEL_TEAM: "d"}) is None
+    assert pace.tracked() == 4, "not again before a bucket could refill"
+    clock.now = 11.0
+    assert await pace.admit(create(), {names.LABEL_TEAM: "e"}) is None
+    assert pace.tracked() == 1, "a, b, c and d are full again: only e is kept"
 
 
 async def test_pace_off_paces_nothing() -> None:

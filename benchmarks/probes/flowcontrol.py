@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from benchmarks.common import wait_for
-from pilotfish.kube.rest import NAMESPACES, PODS, ApiError, Rest
+from benchmarks.common import until_pods_admitted
+from pilotfish.kube.rest import NAMESPACES, Rest
 
 FLOWCONTROL = "/apis/flowcontrol.apiserver.k8s.io/v1"
 SCHEMAS = (
@@ -19,6 +19,8 @@ SCHEMAS = (
 )
 LEVELS = ("pilotfish-production", "pilotfish-batch", "pilotfish-tenants", "pilotfish-tenant-pods")
 WEBHOOKS_OFF = "pilotfish.io/webhooks"
+# A pod spec Pilotfish's tenancy rules refuse: it names a scheduler nobody runs.
+SCHEDULED_BY_NOBODY = {"schedulerName": "nobody"}
 
 
 async def classification(rest: Rest, user: str, namespace: str) -> dict[str, str | None]:
@@ -75,20 +77,6 @@ async def webhooks_off(rest: Rest, namespace: str) -> None:
     names a scheduler nobody runs) is then admitted in a dry run."""
     labels = {WEBHOOKS_OFF: "disabled"}
     await rest.patch(NAMESPACES.path(name=namespace), {"metadata": {"labels": labels}})
-    probe = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "probe"},
-        "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "x"}]},
-    }
-
-    async def admitted() -> bool:
-        try:
-            await rest.request("POST", PODS.path(namespace), body=probe, params={"dryRun": "All"})
-        except ApiError as e:
-            if e.status == 403:
-                return False
-            raise
-        return True
-
-    await wait_for(f"the webhooks to leave {namespace} alone", admitted, within=60)
+    await until_pods_admitted(
+        rest, namespace, f"the webhooks to leave {namespace} alone", (403,), SCHEDULED_BY_NOBODY
+    )

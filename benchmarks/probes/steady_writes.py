@@ -49,7 +49,7 @@ class Writer:
         i = self.written
         path = f"/api/v1/namespaces/{self.namespace}/configmaps"
         name = f"{self.prefix}-{i // 2}"
-        started = time.monotonic()
+        sent_at, started = time.time(), time.monotonic()
         for attempt in range(20):
             try:
                 if i % 2 == 0:
@@ -67,7 +67,7 @@ class Writer:
                 self.errors += 1
                 break
         self.latencies.append(time.monotonic() - started)
-        self.sent_at.append(time.time() - (time.monotonic() - started))
+        self.sent_at.append(sent_at)
         self.written += 1
 
     async def steadily(self, interval: float, until: Callable[[], bool]) -> None:
@@ -80,6 +80,5 @@ class Writer:
             if delay > 0:
                 await asyncio.sleep(delay)
 
-
-def slowest(writer: Writer) -> list[list[float]]:
-    return slowest_of(writer.latencies, writer.sent_at)
+    def slowest(self) -> list[list[float]]:
+        return slowest_of(self.latencies, self.sent_at)

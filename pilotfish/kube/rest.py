@@ -114,8 +114,8 @@ def _error(status: int, raw: bytes, headers: Mapping[str, str] | None = None) ->
     try:
         body = json.loads(raw)
     except ValueError:
-        return ApiError(status, "Unknown", raw.decode(errors="replace")[:500], None, wait)
-    if not isinstance(body, dict):
+        body = None
+    if not isinstance(body, dict):  # not a Status: APF's plain-text 429, a proxy's page
         return ApiError(status, "Unknown", raw.decode(errors="replace")[:500], None, wait)
     reason, message = str(body.get("reason", "")), str(body.get("message", ""))
     return ApiError(status, reason, message, body, wait)

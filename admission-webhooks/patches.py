@@ -9,8 +9,11 @@ escape keys per RFC 6901 (label keys like `gates.pilotfish.io/gated` contain `/`
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+import jsonpatch
 
 Op = dict[str, Any]
 
@@ -51,3 +54,26 @@ def append_items(current: Any, at: Sequence[str], items: Sequence[Any]) -> list[
     if not isinstance(current, list):
         return [{"op": "add", "path": pointer(*at), "value": list(items)}]
     return [{"op": "add", "path": pointer(*at, "-"), "value": item} for item in items]
+
+
+class Steps:
+    """The ops of several mutation steps, and the object as they leave it so far.
+
+    Each step computes its ops on the object as the steps before it left it, because the
+    API server applies them in order. One copy of the object is made, at the first op, and
+    every step's ops are applied to it in place: a copy per step cost the mutating review
+    more than every rule it checks (`jsonpatch.apply_patch` deep-copies the pod each time).
+    """
+
+    def __init__(self, obj: Mapping[str, Any]) -> None:
+        self.obj: Mapping[str, Any] = obj
+        self.ops: list[Op] = []
+        self._own = False
+
+    def add(self, ops: Sequence[Op]) -> None:
+        if not ops:
+            return
+        if not self._own:
+            self.obj, self._own = copy.deepcopy(self.obj), True
+        self.obj = jsonpatch.apply_patch(self.obj, list(ops), in_place=True)
+        self.ops += ops

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-import jsonpatch
-
 from pilotfish import gates, quota
 from pilotfish.gates import GateRecord
 from pilotfish.names import BANDS, SA_OPERATOR
@@ -26,7 +24,7 @@ from pilotfish.webhooks import bands, gating, quantities, reclaim, tenancy, tole
 from pilotfish.webhooks import quota as quota_rules
 from pilotfish.webhooks.admission import Decision
 from pilotfish.webhooks.gateview import GateView
-from pilotfish.webhooks.patches import Op
+from pilotfish.webhooks.patches import Steps
 from pilotfish.webhooks.podchecks import PodAdmission, violations
 from pilotfish.webhooks.teamview import TeamSnapshot
 from pilotfish.webhooks.tenancy import ForeignSchedulers, TenantPolicy
@@ -124,21 +122,20 @@ def tenant_problems(
 
 
 def _tenant_patch(
-    pod: Mapping[str, Any], namespace: str, team: TeamSnapshot | None, policy: TenantPolicy
-) -> tuple[list[Op], bands.BandChoice | None]:
-    """The team label, the band (label and class) and the scheduler, for a pod that broke no
-    rule; and the band, None when bands are not judged."""
+    steps: Steps, namespace: str, team: TeamSnapshot | None, policy: TenantPolicy
+) -> bands.BandChoice | None:
+    """Add the team label, the band (label and class) and the scheduler to `steps`, for a pod
+    that broke no rule; the band, None when bands are not judged."""
     if not tenancy.is_tenant(namespace):
-        return [], None
-    ops: list[Op] = []
+        return None
     choice = None
     if team is not None:
         labels = team.labels_of(namespace)
-        ops += tenancy.team_patch(pod, labels)
-        choice = bands.resolve(pod, namespace, labels)
-        ops += bands.patch(jsonpatch.apply_patch(pod, ops), choice)
-    ops += tenancy.scheduler_patch(pod, policy)
-    return ops, choice
+        steps.add(tenancy.team_patch(steps.obj, labels))
+        choice = bands.resolve(steps.obj, namespace, labels)
+        steps.add(bands.patch(steps.obj, choice))
+    steps.add(tenancy.scheduler_patch(steps.obj, policy))
+    return choice
 
 
 def reclaim_plan(
@@ -196,13 +193,13 @@ def mutate(
     refused += reclaim_refused
     if refused:
         return Decision.deny("; ".join(refused))
-    ops, choice = _tenant_patch(pod, namespace, team, policy)
-    ops += tolerations.patch(jsonpatch.apply_patch(pod, ops), namespace, eviction_wait)
+    steps = Steps(pod)
+    choice = _tenant_patch(steps, namespace, team, policy)
+    steps.add(tolerations.patch(steps.obj, namespace, eviction_wait))
     if reclaim_by is not None:
         # Before the quota decision below: it charges the pod as translated (the same).
-        ops += reclaim.patch(jsonpatch.apply_patch(pod, ops), *reclaim_by)
-    if ops:
-        pod = jsonpatch.apply_patch(pod, ops)
+        steps.add(reclaim.patch(steps.obj, *reclaim_by))
+    ops, pod = steps.ops, steps.obj
     broken = view.broken_in(namespace)
     if broken:
         first = broken[0]

@@ -37,7 +37,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from pilotfish import httpserver, metrics, tasks
+from pilotfish import httpserver, metrics, names, tasks
 from pilotfish.httpserver import BadRequest
 from pilotfish.kube.client import api_client
 from pilotfish.kube.factory import InformerFactory
@@ -111,10 +111,14 @@ def bind_reviews(
         )
 
     writers = podupdate.Writers.from_env()
+    own_user = names.service_account_user(podupdate.pilotfish_namespace(), names.SA_WEBHOOKS)
 
     async def validate_pods(request: Mapping[str, Any]) -> Decision:
         if podupdate.is_pod_update(request):
             return podupdate.review(request, writers)  # needs no view: never "starting"
+        not_dry = templates.dry_run_only(request, own_user)
+        if not_dry is not None:
+            return not_dry
         view, team = views.snapshot(), team_snapshot()
         if view is None or team is None:
             return pods.starting()

@@ -28,9 +28,14 @@ Choices, and why:
   wait for, or are refused, quota when they are created). A tenant ServiceAccount of the
   same name gains nothing from the skip, as a dry run creates nothing. A pod rule that
   depends on who creates the pod judges the webhooks' account here, the operator's later.
-- Least privilege: the webhooks' ServiceAccount may create pods, and the chart's
-  ValidatingAdmissionPolicy `pilotfish-webhooks-dry-run-only` refuses any such create that
-  is not a dry run.
+- Least privilege: the webhooks' ServiceAccount may create pods, and any such create that
+  is not a dry run is refused in every namespace: in the namespaces the pod webhooks see, by
+  the validating review itself (`dry_run_only`; failing closed, so also while the webhooks
+  are down); in those taken out of them (`pilotfish.io/webhooks: disabled`), by the chart's
+  ValidatingAdmissionPolicy `pilotfish-webhooks-dry-run-only`; in the system namespaces, by
+  `pilotfish-system-namespaces`, which refuses even its dry runs. The policy is bound to the
+  disabled namespaces only because CEL, even a matchCondition on the user alone, costs the
+  API server a conversion of the whole pod on every create it matches.
 - Checked on CREATE, and on UPDATE only when the template changed (a scale or a band change
   costs no call).
 """
@@ -83,6 +88,24 @@ def is_template_check(request: Mapping[str, Any]) -> bool:
         and account[:2] == ["system", "serviceaccount"]
         and account[3] == SA_WEBHOOKS
     )
+
+
+DRY_RUN_ONLY: Final = (
+    f"{SA_WEBHOOKS} may only create pods as a dry run (the check of workload templates)"
+)
+
+
+def dry_run_only(request: Mapping[str, Any], webhooks_user: str) -> Decision | None:
+    """Refuse a pod create by the webhooks' own account (`webhooks_user`) that is not a dry
+    run; None for anything else."""
+    info = request.get("userInfo")
+    user = info.get("username") if isinstance(info, Mapping) else None
+    if user != webhooks_user or request.get("operation") != "CREATE":
+        return None
+    if request.get("dryRun") is True:
+        return None
+    namespace = request.get("namespace") or ""
+    return Decision.deny(f"pod create in namespace {namespace} refused for {user}: {DRY_RUN_ONLY}")
 
 
 def template_changed(request: Mapping[str, Any]) -> bool:

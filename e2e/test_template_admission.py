@@ -208,12 +208,27 @@ def test_the_webhooks_account_can_only_dry_run_pods(env: Env, namespace: str) ->
         "metadata": {"name": "escape"},
         "spec": {"containers": [{"name": "c", "image": "example/x:1"}]},
     }
+    rule = f"{names.SA_WEBHOOKS} may only create pods as a dry run"
     with pytest.raises(ApiException) as err:
         core.create_namespaced_pod(namespace, pod)
     assert err.value.status == 403
     text = message(err.value)
-    assert "ValidatingAdmissionPolicy 'pilotfish-webhooks-dry-run-only'" in text
-    assert f"{names.SA_WEBHOOKS} may only create pods as a dry run" in text
+    assert 'admission webhook "pods.validate.pilotfish.io" denied the request' in text
+    assert rule in text
+    # Where the webhooks do not look, the chart's policy refuses it.
+    k8s.CoreV1Api(env.api).patch_namespace(
+        namespace, {"metadata": {"labels": {"pilotfish.io/webhooks": "disabled"}}}
+    )
+
+    def refused_by_the_policy() -> bool:
+        try:
+            core.create_namespaced_pod(namespace, pod)
+        except ApiException as e:
+            found = message(e)
+            return "ValidatingAdmissionPolicy 'pilotfish-webhooks-dry-run-only'" in found
+        raise AssertionError("the webhooks' account created a real pod")
+
+    wait_until("the policy to refuse in an unwebhooked namespace", refused_by_the_policy, 30)
     with pytest.raises(ApiException) as system:
         core.create_namespaced_pod("kube-system", pod)
     assert system.value.status == 403

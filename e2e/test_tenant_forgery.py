@@ -35,7 +35,7 @@ P = names.GATE_PREFIX
 GATE = P + "data"
 POLICY = "pilotfish-pod-metadata"
 VAP_DENIAL = f"ValidatingAdmissionPolicy '{POLICY}' with binding '{POLICY}' denied request: "
-WEBHOOK_DENIAL = 'admission webhook "pods.validate.pilotfish.io" denied the request: '
+WEBHOOK_DENIAL = 'admission webhook "pod-updates.validate.pilotfish.io" denied the request: '
 MERGE = "application/merge-patch+json"
 
 

@@ -269,12 +269,19 @@ def test_the_validating_webhook_sees_updates_but_never_the_operator_s() -> None:
     [_, validating] = [
         d for d in render("templates/webhook-configurations.yaml") if "webhooks" in d
     ]
-    hook = next(h for h in validating["webhooks"] if h["name"] == "pods.validate.pilotfish.io")
-    assert hook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
-    assert hook["rules"][0]["resources"] == ["pods"]  # not pods/status
-    [cond] = hook["matchConditions"]
-    assert cond["expression"].startswith("request.operation != 'UPDATE' ||")
-    assert json.dumps(OPERATOR) in cond["expression"]
+    hooks = {h["name"]: h for h in validating["webhooks"]}
+    creates, updates = (
+        hooks["pods.validate.pilotfish.io"],
+        hooks["pod-updates.validate.pilotfish.io"],
+    )
+    assert creates["rules"][0]["operations"] == ["CREATE"]
+    assert "matchConditions" not in creates  # CEL would convert every created pod
+    assert updates["rules"][0]["operations"] == ["UPDATE"]
+    assert updates["clientConfig"] == creates["clientConfig"]
+    for hook in (creates, updates):
+        assert hook["rules"][0]["resources"] == ["pods"]  # not pods/status
+    [cond] = updates["matchConditions"]
+    assert cond["expression"].startswith(f"request.userInfo.username != {json.dumps(OPERATOR)}")
     assert "object.metadata.labels" in cond["expression"]
     assert "object.metadata.annotations" in cond["expression"]
 

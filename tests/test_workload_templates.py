@@ -337,23 +337,49 @@ class FullTeams:
         raise AssertionError("a dry run reserved quota")
 
 
-async def test_a_full_quota_does_not_make_a_template_invalid() -> None:
-    reviews = server.bind_reviews(StaticViews(GateView()), lambda: NOW, FullTeams())
-    pod = templates.dry_run_pod(workload(), "shop")
-    pod["metadata"]["labels"][names.LABEL_BAND] = "production"
-    review = {
+def pod_create_review(pod: dict[str, Any], user: str, *, dry_run: bool) -> dict[str, Any]:
+    return {
         "uid": "r-2",
         "kind": {"kind": "Pod"},
         "namespace": "shop",
         "operation": "CREATE",
         "object": pod,
-        "dryRun": True,
-        "userInfo": {"username": "alice"},
+        "dryRun": dry_run,
+        "userInfo": {"username": user},
     }
+
+
+async def test_a_full_quota_does_not_make_a_template_invalid() -> None:
+    reviews = server.bind_reviews(StaticViews(GateView()), lambda: NOW, FullTeams())
+    pod = templates.dry_run_pod(workload(), "shop")
+    pod["metadata"]["labels"][names.LABEL_BAND] = "production"
+    review = pod_create_review(pod, "alice", dry_run=True)
     tenant = await reviews["/validate/pods"](review)  # type: ignore[misc]
     assert not tenant.allowed and "production pods: 1 of 1 used" in tenant.message
     check = {**review, "userInfo": {"username": WEBHOOKS_SA}}
     assert (await reviews["/validate/pods"](check)).allowed  # type: ignore[misc]
+
+
+async def test_the_webhooks_account_may_create_pods_only_as_a_dry_run() -> None:
+    """Refused by the validating review itself, before any view or quota is consulted (the
+    chart's policy covers only the namespaces the webhooks do not see)."""
+    reviews = server.bind_reviews(StaticViews(GateView()), lambda: NOW, FullTeams())
+    pod = templates.dry_run_pod(workload(), "shop")
+    review = pod_create_review(pod, WEBHOOKS_SA, dry_run=False)
+    real = await reviews["/validate/pods"](review)  # type: ignore[misc]
+    assert not real.allowed
+    assert real.message == (
+        f"pod create in namespace shop refused for {WEBHOOKS_SA}: {names.SA_WEBHOOKS} may only "
+        "create pods as a dry run (the check of workload templates)"
+    )
+    assert (await reviews["/validate/pods"]({**review, "dryRun": True})).allowed  # type: ignore[misc]
+    # Only that very account: a tenant's account of the same name is judged like any other.
+    same_name = {
+        **review,
+        "userInfo": {"username": f"system:serviceaccount:shop:{names.SA_WEBHOOKS}"},
+    }
+    assert templates.dry_run_only(same_name, WEBHOOKS_SA) is None
+    assert templates.dry_run_only({**review, "operation": "UPDATE"}, WEBHOOKS_SA) is None
 
 
 async def test_the_bound_workload_review_uses_the_injected_dry_run() -> None:

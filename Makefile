@@ -37,8 +37,9 @@ unit: $(STAMP) binaries  # binaries: the chart tests render with the pinned helm
 # cluster of their own (ports shifted by 1500) beside the rest of the suite. The real node's
 # tests (root; one real node per host) run beside both on a third cluster (ports shifted by
 # 3000) that starts the node (`pilotfish dev up --real-node`); once it is down, the chart is
-# installed in-cluster on a real node of its own cluster (marker incluster). The side
-# streams' output follows the suite's.
+# installed in-cluster on a real node of its own cluster (marker incluster), and then the
+# tests that freeze the API server or kill Pilotfish's components get a cluster of their own
+# (marker disruptive). The side streams' output follows the suite's.
 LOSTNODES_LOG := build/e2e-lostnodes.log
 REALNODE_LOG := build/e2e-realnode.log
 e2e: $(STAMP) binaries
@@ -47,11 +48,13 @@ e2e: $(STAMP) binaries
 	  > $(LOSTNODES_LOG) 2>&1 & lost=$$!; \
 	(PILOTFISH_E2E_PORT_OFFSET=3000 $(PY) -m pytest e2e -q -m realnode --durations=5; a=$$?; \
 	  PILOTFISH_E2E_PORT_OFFSET=3000 $(PY) -m pytest e2e -q -m incluster --durations=5; b=$$?; \
-	  test $$a -eq 0 && test $$b -eq 0) > $(REALNODE_LOG) 2>&1 & real=$$!; \
-	$(PY) -m pytest e2e -q -m "not lostnodes and not realnode and not incluster" --durations=15; main=$$?; \
+	  PILOTFISH_E2E_PORT_OFFSET=3000 $(PY) -m pytest e2e -q -m disruptive --durations=5; c=$$?; \
+	  test $$a -eq 0 && test $$b -eq 0 && test $$c -eq 0) > $(REALNODE_LOG) 2>&1 & real=$$!; \
+	$(PY) -m pytest e2e -q -m "not lostnodes and not realnode and not incluster and not disruptive" \
+	  --durations=15; main=$$?; \
 	wait $$lost; lostrc=$$?; wait $$real; realrc=$$?; \
 	echo "--- e2e -m lostnodes (own cluster) ---"; cat $(LOSTNODES_LOG); \
-	echo "--- e2e -m realnode, then -m incluster (own clusters) ---"; cat $(REALNODE_LOG); \
+	echo "--- e2e -m realnode, then -m incluster, then -m disruptive (own clusters) ---"; cat $(REALNODE_LOG); \
 	test $$main -eq 0 && test $$lostrc -eq 0 && test $$realrc -eq 0
 
 # Every benchmark (a benchmarks/*.py module with a main; the others are shared modules), each

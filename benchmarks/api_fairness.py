@@ -4,7 +4,7 @@ The design's promise: "a runaway controller or a 100,000-task submission must no
 teams' writes". One local control plane (ports +14000 by default, state in a temp dir),
 Pilotfish installed as `pilotfish dev up` installs it, with its FlowSchemas and its
 admission webhooks (each team's pace of pod creates, `pilotfish.webhooks.createpace`, at the
-defaults: 25 a second, burst 200). Two tenant teams, namespaces team-a and team-b (labelled
+defaults: 20 a second, burst 200). Two tenant teams, namespaces team-a and team-b (labelled
 with their team, each granted every band by a TeamQuota), each bound to the built-in `edit`:
 team A is `--flood-users` people (one flow each without Pilotfish's schemas, one per team
 with them), team B one person.

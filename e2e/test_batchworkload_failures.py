@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from e2e import batch, taskwatch
 from e2e.batch import Outcome, job, pods_left
 from e2e.conftest import Env, Tenant, wait_until
@@ -143,6 +145,7 @@ def test_preempted_and_evicted_tasks_are_recreated_and_do_not_count(
     assert watch.violations == [], watch.violations
 
 
+@pytest.mark.disruptive
 def test_outcomes_while_the_operator_is_down_are_counted_once_after_it_restarts(
     env: Env, namespace: str, tenant: Tenant
 ) -> None:

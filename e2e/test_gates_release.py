@@ -588,6 +588,7 @@ def test_expiry_fail_retry_and_review(g: Gated, signals_crd: None) -> None:
         assert not any(d == "released" for _, d in decisions), "expiry never removes a gate"
 
 
+@pytest.mark.disruptive
 def test_kill_9_mid_release_converges_without_double_release(g: Gated, signals_crd: None) -> None:
     env = g.env
     env.require_local()

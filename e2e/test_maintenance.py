@@ -275,6 +275,7 @@ def test_an_at_most_one_pod_moves_without_ever_running_twice(env: Env, ns: str) 
         rec.check_gaps()
 
 
+@pytest.mark.disruptive
 def test_an_operator_killed_mid_drain_resumes_within_the_budget(env: Env, ns: str) -> None:
     env.require_local()
     zone = "e2e-maint-e"

@@ -41,7 +41,7 @@ from pilotfish.devcluster.components import Component
 from pilotfish.devcluster.supervisor import Running
 from pilotfish.workloads import LABEL_WORKLOAD
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.disruptive]
 
 OPERATOR = "pilotfish-operator"
 LEASE = "pilotfish-operator"

@@ -3,7 +3,7 @@
 A ServiceAccount of a fresh team (the built-in service-accounts FlowSchema puts it in
 workload-low, whose many seats let its concurrent creates all reach the webhooks) creates
 pods from many threads at once. The webhooks run with this environment's settings (by
-default 25 a second, burst 200, a create held at most 2 s and 16 held at once): past the
+default 20 a second, burst 200, a create held at most 2 s and 16 held at once): past the
 burst the team's creates are held for their turn and, beyond what may wait, refused with
 429, Retry-After and a message naming the team; a refused create leaves nothing behind, and
 what got through stays within the burst plus the rate.

@@ -709,6 +709,7 @@ def test_pods_leave_rotation_before_they_are_deleted(env: Env, ns: str) -> None:
     assert reasons == ["PodDrained"], reasons
 
 
+@pytest.mark.disruptive
 def test_operator_killed_mid_rollout_converges_within_the_surge(env: Env, ns: str) -> None:
     env.require_local()
     replicas, surge = 6, 2

@@ -13,7 +13,7 @@ from tests.test_chart_values import load_schema, load_values, needs_helm, render
 
 
 def test_the_default_is_twenty_five_a_second_per_team() -> None:
-    assert load_values()["webhooks"]["teamPodCreates"] == {"perSecond": 25, "burst": 200}
+    assert load_values()["webhooks"]["teamPodCreates"] == {"perSecond": 20, "burst": 200}
 
 
 @pytest.mark.parametrize(
@@ -28,7 +28,7 @@ def test_bad_values_are_rejected(key: str, value: Any) -> None:
 @needs_helm
 def test_each_replica_gets_its_share() -> None:
     env = env_of(render(), "pilotfish-webhooks")
-    assert PaceSettings.from_env(env) == PaceSettings(per_second=12.5, burst=100)
+    assert PaceSettings.from_env(env) == PaceSettings(per_second=10, burst=100)
     three = env_of(
         render("webhooks.replicas=3", "webhooks.teamPodCreates.perSecond=30"), "pilotfish-webhooks"
     )

@@ -103,6 +103,18 @@ def ratio(flood_p99: float | None, idle_p99: float | None) -> float | None:
     return round(flood_p99 / idle_p99, 3)
 
 
+def figures(raw: dict[str, Any]) -> dict[str, Any]:
+    """Each phase's ratio, the target and the verdict (the one with Pilotfish)."""
+    with_ = raw["with_pilotfish"]["ratio"]
+    return {
+        "ratios": {
+            f"team_b_write_p99_flood_over_idle_{name}": part["ratio"] for name, part in raw.items()
+        },
+        "targets": {"team_b_write_p99_flood_over_idle_with_pilotfish": f"<= {TARGET}"},
+        "met": with_ is not None and with_ <= TARGET,
+    }
+
+
 # --- the run ---------------------------------------------------------------------------------
 
 
@@ -331,15 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         result["raw"] = raw
         with running_cluster(state, spec) as layout:
             asyncio.run(measure(str(layout.admin_kubeconfig), args, raw))
-        with_ = raw["with_pilotfish"]["ratio"]
-        result |= {
-            "ratios": {
-                f"team_b_write_p99_flood_over_idle_{name}": part["ratio"]
-                for name, part in raw.items()
-            },
-            "targets": {"team_b_write_p99_flood_over_idle_with_pilotfish": f"<= {TARGET}"},
-            "met": with_ is not None and with_ <= TARGET,
-        }
+        result |= figures(raw)
     except Exception as exc:  # one JSON object whatever happens
         result["error"] = f"{type(exc).__name__}: {exc}"
     finally:

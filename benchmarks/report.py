@@ -49,10 +49,18 @@ F = Figure
 ADAPTERS: Final[dict[str, tuple[Figure, ...]]] = {
     "api_fairness": (
         F(
-            "team B write p99, flood / idle, with FlowSchemas",
-            "ratios.team_b_write_p99_flood_over_idle_with_flowschemas",
-            "@targets.team_b_write_p99_flood_over_idle_with_flowschemas",
+            "team B write p99, flood / idle, with Pilotfish",
+            "ratios.team_b_write_p99_flood_over_idle_with_pilotfish",
+            "@targets.team_b_write_p99_flood_over_idle_with_pilotfish",
             "met",
+        ),
+        F(
+            "team B write p99, flood / idle, FlowSchemas only",
+            "ratios.team_b_write_p99_flood_over_idle_flowschemas_only",
+        ),
+        F(
+            "team B write p99, flood / idle, without Pilotfish",
+            "ratios.team_b_write_p99_flood_over_idle_without_pilotfish",
         ),
     ),
     "batch_job": (

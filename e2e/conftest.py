@@ -40,6 +40,8 @@ T = TypeVar("T")
 # Ports of the session's cluster are the defaults shifted by this much (several suites may
 # run side by side, each with its own offset).
 E2E_PORT_OFFSET = int(os.environ.get("PILOTFISH_E2E_PORT_OFFSET", "1000"))
+# A nodeSelector no node matches: a pod that is admitted and stored, and never runs.
+NO_NODE: dict[str, str] = {"e2e.pilotfish.io/no-such-node": "true"}
 # Reclaim and Prometheus at test speed: a 2-minute window measured every 15 s from 5 s
 # scrapes, and a node is stale after 30 s without a sample.
 E2E_RECLAIM_ENV = {

@@ -20,7 +20,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from e2e.conftest import Env, Tenant, wait_until
+from e2e.conftest import NO_NODE, Env, Tenant, wait_until
 from pilotfish import names
 
 pytestmark = pytest.mark.e2e
@@ -30,7 +30,6 @@ BATCH = names.service_account_user(NS, names.SA_BATCH)
 FLOWCONTROL = "/apis/flowcontrol.apiserver.k8s.io/v1"
 SCHEMA_HEADER = "x-kubernetes-pf-flowschema-uid"
 LEVEL_HEADER = "x-kubernetes-pf-prioritylevel-uid"
-NO_NODE = {"e2e.pilotfish.io/no-such-node": "true"}
 # Who am I: any authenticated identity may ask, so it shows classification and identity.
 WHOAMI = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 SELF_REVIEW = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}

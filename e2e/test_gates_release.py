@@ -29,7 +29,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from e2e.conftest import Env, wait_until
+from e2e.conftest import NO_NODE, Env, wait_until
 from pilotfish import gates, names, timeutil
 from pilotfish.devcluster import supervisor
 from pilotfish.gates import GateRecord, OnExpiry, PodGates
@@ -39,7 +39,6 @@ P = names.GATE_PREFIX
 # A new operator waits for the killed one's lease (15 s) before it leads.
 FAILOVER = 120.0
 CRD = f"gatesignals.{names.GROUP}"
-NO_NODE = {"e2e.pilotfish.io/no-such-node": "true"}
 WEBHOOKS_LABEL = "pilotfish.io/webhooks"  # "disabled": the chart's webhooks skip the namespace
 
 

@@ -26,7 +26,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from e2e.conftest import Env, wait_until
+from e2e.conftest import NO_NODE, Env, wait_until
 from pilotfish import names
 from pilotfish.devcluster import cluster, components, supervisor
 
@@ -34,7 +34,6 @@ POLICY = "pilotfish-system-namespaces"
 SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", names.SYSTEM_NAMESPACE)
 OPERATOR = f"system:serviceaccount:{names.SYSTEM_NAMESPACE}:{names.SA_OPERATOR}"
 RULE = "Pilotfish's service accounts may not create or change pods"
-NO_NODE = {"e2e.pilotfish.io/no-such-node": "true"}
 
 pytestmark = pytest.mark.e2e
 

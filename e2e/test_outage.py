@@ -34,7 +34,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from e2e.conftest import Env, Tenant, wait_until
+from e2e.conftest import NO_NODE, Env, Tenant, wait_until
 from pilotfish import names
 from pilotfish.devcluster import cluster, components, supervisor
 from pilotfish.devcluster.components import Component
@@ -47,7 +47,6 @@ OPERATOR = "pilotfish-operator"
 LEASE = "pilotfish-operator"
 GATE = "gates.pilotfish.io/outage-over"
 SIGNAL = "outage-over"
-NO_NODE = {"e2e.pilotfish.io/no-such-node": "true"}
 SHORT_OUTAGE = 4.0  # well inside the renew deadline (10 s)
 LONG_OUTAGE = 60.0  # far beyond the lease (15 s)
 RECOVERY = 10.0  # every part acts again within this of the API server's return

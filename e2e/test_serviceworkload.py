@@ -33,7 +33,7 @@ from kubernetes import client as k8s
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
-from e2e.conftest import Env, run, wait_until
+from e2e.conftest import NO_NODE, Env, run, wait_until
 from pilotfish import names
 from pilotfish.devcluster import supervisor
 from pilotfish.operators.serviceworkload.revisions import template_hash
@@ -48,7 +48,6 @@ from pilotfish.workloads import (
 
 PLURAL = "serviceworkloads"
 GATE = "e2e.example.com/ready-after"  # the test's own scheduling gate: a readiness delay
-NO_SUCH_NODE = {"e2e.pilotfish.io/no-such-node": "true"}
 JSON_PATCH = "application/json-patch+json"
 PLUGIN = str(Path(sys.executable).parent / "kubectl-pilotfish")
 
@@ -541,7 +540,7 @@ def test_a_never_ready_rollout_stalls_with_old_pods_serving_and_undo_recovers(
     strategy = {"maxSurge": 1, "maxUnavailable": 0, "progressDeadlineSeconds": 10}
     ready_workload(env, ns, "web", 3, strategy=strategy)
     old_hash = template_hash(get_sw(env, ns, "web")["spec"]["template"])
-    broken = template("example/app:broken", nodeSelector=NO_SUCH_NODE)
+    broken = template("example/app:broken", nodeSelector=NO_NODE)
     with BudgetWatch(env, ns, "web", 4, 3) as budget:
         set_template(env, ns, "web", broken)
 

@@ -53,7 +53,8 @@ WEBHOOK_REVIEWS = Counter(
 )
 WEBHOOK_REVIEW_SECONDS = Histogram(
     "pilotfish_webhooks_review_duration_seconds",
-    "Time to answer one admission review, by webhook path.",
+    "Time to answer one admission review, by webhook path; a paced pod create's hold is "
+    "included (alone in pilotfish_webhooks_pod_create_hold_seconds).",
     ["webhook"],
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
 )

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import report
+from benchmarks import api_fairness, report
 from benchmarks.probes import plots
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -199,3 +199,18 @@ def test_main_without_results_says_how_to_make_them(
 ) -> None:
     assert report.main(["--results", str(tmp_path)]) == 1
     assert "make bench" in capsys.readouterr().err
+
+
+def test_api_fairness_figures_are_read_from_the_keys_the_benchmark_writes() -> None:
+    raw = {
+        "with_pilotfish": {"ratio": 1.2},
+        "flowschemas_only": {"ratio": 4.0},
+        "without_pilotfish": {"ratio": 40.0},
+    }
+    result = {"benchmark": "api_fairness", "raw": raw} | api_fairness.figures(raw)
+    rows = rows_by_figure("api_fairness", result)
+    assert [(r[2], r[3], r[4]) for r in rows.values()] == [
+        ("<= 1.5", "1.2", True),
+        ("", "4", None),
+        ("", "40", None),
+    ]

@@ -47,9 +47,9 @@ from pilotfish.webhooks.admission import Decision
 RATE_ENV: Final = "PILOTFISH_TEAM_POD_CREATES_PER_SECOND"
 BURST_ENV: Final = "PILOTFISH_TEAM_POD_CREATES_BURST"
 # kube-controller-manager's default client rate (--kube-api-qps 20): one team's raw creates no
-# faster than the built-in controllers make every Job's and ReplicaSet's pods. On two cores
-# it keeps another team's write p99 within 1.23-1.3x of idle; 25 a second gave 1.44-1.68x
-# (benchmarks/api_fairness.py).
+# faster than the built-in controllers make every Job's and ReplicaSet's pods. On two cores,
+# three runs kept another team's write p99 at 1.05-1.43x of idle, against 1.44x at 25 a
+# second (benchmarks/api_fairness.py; docs/ARCHITECTURE.md section 8).
 DEFAULT_PER_SECOND: Final = 20.0
 DEFAULT_BURST: Final = 200
 # Below the pod webhooks' timeoutSeconds (5 s in the chart), with room for the review itself.

@@ -68,12 +68,11 @@ class Steps:
     def __init__(self, obj: Mapping[str, Any]) -> None:
         self.obj: Mapping[str, Any] = obj
         self.ops: list[Op] = []
-        self._own = False
 
     def add(self, ops: Sequence[Op]) -> None:
         if not ops:
             return
-        if not self._own:
-            self.obj, self._own = copy.deepcopy(self.obj), True
+        if not self.ops:  # still the caller's object
+            self.obj = copy.deepcopy(self.obj)
         self.obj = jsonpatch.apply_patch(self.obj, list(ops), in_place=True)
         self.ops += ops

@@ -77,11 +77,14 @@ _DECODE_FIELD = re.compile(
 )
 
 
+def _username(request: Mapping[str, Any]) -> str:
+    info = request.get("userInfo")
+    return str(info.get("username") or "") if isinstance(info, Mapping) else ""
+
+
 def is_template_check(request: Mapping[str, Any]) -> bool:
     """A pod review that is the workloads webhook's own dry run of a template."""
-    info = request.get("userInfo")
-    user = str(info.get("username") or "") if isinstance(info, Mapping) else ""
-    account = user.split(":")
+    account = _username(request).split(":")
     return (
         request.get("dryRun") is True
         and len(account) == 4
@@ -98,11 +101,10 @@ DRY_RUN_ONLY: Final = (
 def dry_run_only(request: Mapping[str, Any], webhooks_user: str) -> Decision | None:
     """Refuse a pod create by the webhooks' own account (`webhooks_user`) that is not a dry
     run; None for anything else."""
-    info = request.get("userInfo")
-    user = info.get("username") if isinstance(info, Mapping) else None
+    user = _username(request)
     if user != webhooks_user or request.get("operation") != "CREATE":
         return None
-    if request.get("dryRun") is True:
+    if request.get("dryRun") is True:  # exactly: anything else is refused
         return None
     namespace = request.get("namespace") or ""
     return Decision.deny(f"pod create in namespace {namespace} refused for {user}: {DRY_RUN_ONLY}")

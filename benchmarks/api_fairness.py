@@ -57,6 +57,7 @@ if __package__ in (None, ""):  # run as `python benchmarks/api_fairness.py`
 from benchmarks import apf_metrics
 from benchmarks.common import (
     emit,
+    latency_summary,
     load,
     log,
     open_team,
@@ -71,7 +72,7 @@ from benchmarks.probes.flowcontrol import (
     tune_level,
     webhooks_off,
 )
-from benchmarks.probes.steady_writes import WRITES_LABEL, Writer, summary
+from benchmarks.probes.steady_writes import WRITES_LABEL, Writer
 from pilotfish.devcluster.cluster import ClusterSpec, running_cluster
 from pilotfish.kube.client import api_client
 from pilotfish.kube.rest import PODS, ApiError, Rest
@@ -229,16 +230,16 @@ async def phase(rest: Rest, kubeconfig: str, args: argparse.Namespace, tag: str)
     log(f"{tag}: flood done in {flood_seconds:.1f}s; deleting")
     await drain(rest)
     created = sum(p["created"] for p in parts)
-    idle_p99 = summary(idle.latencies)["p99_s"]
-    flood_p99 = summary(flooding.latencies)["p99_s"]
+    idle_p99 = latency_summary(idle.latencies)["p99_s"]
+    flood_p99 = latency_summary(flooding.latencies)["p99_s"]
     return {
         "team_b_classified_as": seen,
         "quiet_wait_seconds": round(waited, 1),
         "load_average": {"start": load_start, "end": load_end},
-        "team_b_idle_writes": summary(idle.latencies)
+        "team_b_idle_writes": latency_summary(idle.latencies)
         | {"slowest": idle.slowest()}
         | {"retries_429_5xx": idle.retries, "errors": idle.errors},
-        "team_b_writes_during_flood": summary(flooding.latencies)
+        "team_b_writes_during_flood": latency_summary(flooding.latencies)
         | {"slowest": flooding.slowest()}
         | {"retries_429_5xx": flooding.retries, "errors": flooding.errors},
         "apf_during_flood_by_level": apf,

@@ -49,6 +49,17 @@ def rounded(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def latency_summary(values: Sequence[float]) -> dict[str, float | int | None]:
+    """Count, p50/p90/p99 (nearest-rank) and max of a window of latencies, in seconds."""
+    return {
+        "count": len(values),
+        "p50_s": rounded(percentile(values, 50)),
+        "p90_s": rounded(percentile(values, 90)),
+        "p99_s": rounded(percentile(values, 99)),
+        "max_s": rounded(max(values) if values else None),
+    }
+
+
 async def bounded(
     items: Iterable[T], concurrency: int, fn: Callable[[T], Awaitable[Any]]
 ) -> list[Any]:

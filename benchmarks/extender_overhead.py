@@ -59,7 +59,7 @@ TARGET = 0.90
 PORT_OFFSET = 11000
 # The chart's admission webhooks skip namespaces labelled so: what is measured is scheduling,
 # and every pod is admitted exactly as written (no band rewrite, no team quota).
-NAMESPACE_LABELS = {"pilotfish.io/webhooks": "disabled"}
+NAMESPACE_LABELS = {names.LABEL_WEBHOOKS: names.WEBHOOKS_DISABLED}
 
 
 def log(message: str) -> None:

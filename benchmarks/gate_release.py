@@ -70,7 +70,7 @@ GATE_SIGNALS = GATESIGNALS
 GATE_POLICIES = GATEPOLICIES
 # Pods here carry a hand-written gate contract; the webhooks would strip it (only they may
 # write a record), so these namespaces opt out of them, as the chart allows.
-NS_LABELS = {"pilotfish.io/webhooks": "disabled", names.LABEL_TEAM: "bench"}
+NS_LABELS = {names.LABEL_WEBHOOKS: names.WEBHOOKS_DISABLED, names.LABEL_TEAM: "bench"}
 TARGETS = {
     "release_ratio_min": 0.8,
     "condition_to_ungated_p99_s_max": 1.0,

@@ -74,7 +74,7 @@ from pilotfish.nodesilence import SilenceSettings
 
 PORT_OFFSET: Final = 12000
 TEAM: Final = "bench-nf"
-OPT_OUT: Final = {"pilotfish.io/webhooks": "disabled"}
+OPT_OUT: Final = {names.LABEL_WEBHOOKS: names.WEBHOOKS_DISABLED}
 UPSTREAM_GRACE: Final = 50.0  # kube-controller-manager's --node-monitor-grace-period default
 UPSTREAM_TOLERATION: Final = 300.0  # DefaultTolerationSeconds
 RETURN_WITHIN: Final = 120.0

@@ -183,7 +183,7 @@ async def create_objects(rest: Rest, args: argparse.Namespace) -> dict[str, Any]
     (nothing to reserve: the webhooks' own cost)."""
     spaces = -(-args.pods // PODS_PER_NAMESPACE)
     for i in range(spaces):
-        labels = {names.LABEL_TEAM: TEAM, "pilotfish.io/webhooks": "disabled"}
+        labels = {names.LABEL_TEAM: TEAM, names.LABEL_WEBHOOKS: names.WEBHOOKS_DISABLED}
         await make_namespace(rest, f"{NS_PREFIX}{i}", labels)
     await team_quota(rest, TEAM, BIG)
     await team_quota(rest, TEAM_OPEN, {})

@@ -47,6 +47,7 @@ from benchmarks.batch_job import TEAM
 from benchmarks.common import (
     bounded,
     delete_namespace,
+    latency_summary,
     log,
     on_own_cluster,
     open_team,
@@ -55,7 +56,6 @@ from benchmarks.common import (
 )
 from benchmarks.probes import batchworkload as bwl
 from benchmarks.probes import scale as sc
-from benchmarks.probes.production import summary
 from benchmarks.probes.scheduling import Probe, Reading, Window, reading, server_times
 from pilotfish.devcluster import cluster, supervisor
 from pilotfish.devcluster.cluster import ClusterSpec
@@ -203,7 +203,7 @@ class Run:
         used = sc.used(before, sc.processes(self.layout))
         server = server_times(self.layout.logs / "audit.log", PROD_NS)
         prod = [server.bind_done[n] - c for n, c in server.created.items() if n in server.bind_done]
-        return self.result(all_bound, summary(prod), components, used)
+        return self.result(all_bound, latency_summary(prod), components, used)
 
     def result(
         self,
@@ -229,8 +229,8 @@ class Run:
             "extender_prioritize_p99_le_s": comp["extender_prioritize_handler"]["p99_le_s"],
             "operator_rss_end_mb": rss_end,
             "operator_queue_depth_max": max(depth_max.values(), default=0),
-            "reconcile_lag_p50_s": summary(lags)["p50_s"],
-            "reconcile_lag_p99_s": summary(lags)["p99_s"],
+            "reconcile_lag_p50_s": latency_summary(lags)["p50_s"],
+            "reconcile_lag_p99_s": latency_summary(lags)["p99_s"],
         }
         return {
             "benchmark": "scale",

@@ -42,6 +42,22 @@ T = TypeVar("T")
 E2E_PORT_OFFSET = int(os.environ.get("PILOTFISH_E2E_PORT_OFFSET", "1000"))
 # A nodeSelector no node matches: a pod that is admitted and stored, and never runs.
 NO_NODE: dict[str, str] = {"e2e.pilotfish.io/no-such-node": "true"}
+
+
+def unplaced_pod(name: str) -> dict[str, Any]:
+    """A plain pod that is admitted and stored but never runs (`NO_NODE`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [{"name": "c", "image": "example/app:1"}],
+            "nodeSelector": NO_NODE,
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+
+
 # Reclaim and Prometheus at test speed: a 2-minute window measured every 15 s from 5 s
 # scrapes, and a node is stale after 30 s without a sample.
 E2E_RECLAIM_ENV = {

@@ -20,7 +20,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from e2e.conftest import NO_NODE, Env, Tenant, wait_until
+from e2e.conftest import Env, Tenant, unplaced_pod, wait_until
 from pilotfish import names
 
 pytestmark = pytest.mark.e2e
@@ -95,19 +95,6 @@ def batch(env: Env) -> k8s.ApiClient:
     return as_user(env.component_api("operator"), BATCH)
 
 
-def pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "containers": [{"name": "c", "image": "example/app:1"}],
-            "nodeSelector": NO_NODE,  # never runs
-            "terminationGracePeriodSeconds": 0,
-        },
-    }
-
-
 def test_the_levels_and_schemas_exist_and_point_at_each_other(env: Env) -> None:
     levels = {
         "pilotfish-production",
@@ -180,7 +167,7 @@ def test_the_batch_account_runs_a_task_pod_in_the_batch_level(
     want = expect(env, "pilotfish-batch", "pilotfish-batch")
     name = f"task-{uuid.uuid4().hex[:6]}"
     path = f"/api/v1/namespaces/{namespace}/pods"
-    status, headers, created = call(batch, "POST", path, pod(name))
+    status, headers, created = call(batch, "POST", path, unplaced_pod(name))
     assert status == 201, created
     assert classified(headers) == want
     status, headers, _ = call(batch, "GET", f"{path}/{name}")
@@ -210,7 +197,9 @@ def test_the_batch_account_has_nothing_beyond_its_verbs(
     configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
     refused("POST", "/api/v1/namespaces/kube-system/configmaps", configmap)
     # RBAC grants pods everywhere; the API server's policy refuses them in system namespaces.
-    err = refused("POST", "/api/v1/namespaces/kube-system/pods", pod("intruder"), dryRun="All")
+    err = refused(
+        "POST", "/api/v1/namespaces/kube-system/pods", unplaced_pod("intruder"), dryRun="All"
+    )
     assert "may not create or change pods" in err["message"]
 
 
@@ -282,7 +271,7 @@ def test_tenant_writes_submissions_and_pods_each_queue_in_their_own_level(
     assert classified(headers) == expect(env, "pilotfish-batch-submissions", "pilotfish-batch")
     # A pod is the costly write: a tenant's pod writes queue in their own small level.
     pods_path = f"/api/v1/namespaces/{tenant.namespace}/pods"
-    _, headers, _ = call(tenant.api, "POST", pods_path, pod("raw"), {"dryRun": "All"})
+    _, headers, _ = call(tenant.api, "POST", pods_path, unplaced_pod("raw"), {"dryRun": "All"})
     assert classified(headers) == expect(env, "pilotfish-tenant-pods", "pilotfish-tenant-pods")
 
 

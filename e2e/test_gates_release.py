@@ -39,7 +39,6 @@ P = names.GATE_PREFIX
 # A new operator waits for the killed one's lease (15 s) before it leads.
 FAILOVER = 120.0
 CRD = f"gatesignals.{names.GROUP}"
-WEBHOOKS_LABEL = "pilotfish.io/webhooks"  # "disabled": the chart's webhooks skip the namespace
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -350,7 +349,7 @@ def g(env: Env, namespace: str) -> Iterator[Gated]:
     core = k8s.CoreV1Api(env.api)
     # The namespace belongs to the test's own team, as the platform labels a tenant's: the
     # one quota ledger charges every pod to its namespace's team.
-    labels = {WEBHOOKS_LABEL: "disabled", names.LABEL_TEAM: team_of(namespace)}
+    labels = {names.LABEL_WEBHOOKS: names.WEBHOOKS_DISABLED, names.LABEL_TEAM: team_of(namespace)}
     core.patch_namespace(namespace, {"metadata": {"labels": labels}})
     probe = {
         "metadata": {"name": "probe", "labels": {names.LABEL_TEAM: "not-the-namespace-s"}},

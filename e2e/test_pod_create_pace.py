@@ -23,9 +23,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from e2e.conftest import Env
+from e2e.conftest import Env, unplaced_pod
 from e2e.teams import open_quota, own_team
-from e2e.test_api_fairness import pod
 from pilotfish import names
 from pilotfish.webhooks import createpace
 
@@ -79,7 +78,7 @@ def test_a_teams_flood_is_paced_and_the_excess_refused_with_retry_after(
     def create(i: int) -> None:
         name = f"flood-{i}"
         try:
-            core.create_namespaced_pod(namespace, pod(name))
+            core.create_namespaced_pod(namespace, unplaced_pod(name))
         except ApiException as e:
             body = json.loads(e.body or "{}")
             retry = (e.headers or {}).get("Retry-After")

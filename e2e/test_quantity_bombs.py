@@ -121,7 +121,7 @@ def unreviewed(env: Env) -> Iterator[tuple[str, str]]:
     team = f"t{uuid.uuid4().hex[:8]}"
     namespace = f"e2e-unreviewed-{team}"
     core = k8s.CoreV1Api(env.api)
-    labels = {"pilotfish.io/webhooks": "disabled", names.LABEL_TEAM: team}
+    labels = {names.LABEL_WEBHOOKS: names.WEBHOOKS_DISABLED, names.LABEL_TEAM: team}
     core.create_namespace({"metadata": {"name": namespace, "labels": labels}})
     custom = k8s.CustomObjectsApi(env.api)
     body = teamquota(team, "100")

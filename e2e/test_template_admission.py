@@ -217,7 +217,7 @@ def test_the_webhooks_account_can_only_dry_run_pods(env: Env, namespace: str) ->
     assert rule in text
     # Where the webhooks do not look, the chart's policy refuses it.
     k8s.CoreV1Api(env.api).patch_namespace(
-        namespace, {"metadata": {"labels": {"pilotfish.io/webhooks": "disabled"}}}
+        namespace, {"metadata": {"labels": {names.LABEL_WEBHOOKS: names.WEBHOOKS_DISABLED}}}
     )
 
     def refused_by_the_policy() -> bool:

@@ -13,6 +13,10 @@ CATEGORY: Final = "pilotfish"
 
 LABEL_TEAM: Final = "pilotfish.io/team"
 LABEL_BAND: Final = "pilotfish.io/band"
+# On a Namespace, "disabled": Pilotfish's admission webhooks skip it (the chart's
+# namespaceSelector, `pilotfish.webhookNamespaceSelector`).
+LABEL_WEBHOOKS: Final = "pilotfish.io/webhooks"
+WEBHOOKS_DISABLED: Final = "disabled"
 ANNOTATION_EPOCH: Final = "pilotfish.io/epoch"
 GATE_PREFIX: Final = "gates.pilotfish.io/"
 BATCH_CPU: Final = "batch.pilotfish.io/cpu"

@@ -7,8 +7,9 @@ import pytest
 
 from benchmarks import apf_metrics
 from benchmarks.api_fairness import PORT_OFFSET, ratio, team_users
+from benchmarks.common import latency_summary as summary
 from benchmarks.pod_flood import FLOOD_LABEL, HOLD_GATE, flood_plan, flood_pod, retry_after
-from benchmarks.probes.steady_writes import slowest_of, summary
+from benchmarks.probes.steady_writes import slowest_of
 from pilotfish.kube.rest import ApiError
 
 

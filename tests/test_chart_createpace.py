@@ -12,7 +12,7 @@ from tests.test_chart_reclaim import env_of
 from tests.test_chart_values import load_schema, load_values, needs_helm, render, schema_errors
 
 
-def test_the_default_is_twenty_five_a_second_per_team() -> None:
+def test_the_default_is_twenty_a_second_per_team() -> None:
     assert load_values()["webhooks"]["teamPodCreates"] == {"perSecond": 20, "burst": 200}
 
 

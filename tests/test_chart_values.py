@@ -388,11 +388,10 @@ def test_webhooks_rbac_writes_only_teamquota_status_events_and_dry_run_pods() ->
     assert "request.dryRun == true" in policy and "pilotfish.webhooks.name" in policy
     # Bound where the pod webhooks do not look; where they do, the webhook refuses itself.
     binding = policy.split("kind: ValidatingAdmissionPolicyBinding")[1]
-    assert (
-        "namespaceSelector:\n      matchLabels:\n        pilotfish.io/webhooks: disabled" in binding
-    )
+    label, disabled = names.LABEL_WEBHOOKS, names.WEBHOOKS_DISABLED
+    assert f"namespaceSelector:\n      matchLabels:\n        {label}: {disabled}" in binding
     helpers = (TEMPLATES / "_helpers.tpl").read_text()
-    assert "- key: pilotfish.io/webhooks\n    operator: NotIn\n    values: [disabled]" in helpers
+    assert f"- key: {label}\n    operator: NotIn\n    values: [{disabled}]" in helpers
 
 
 def test_scheduler_lease_role_is_limited_to_its_own_lease() -> None:

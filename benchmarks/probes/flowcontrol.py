@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from benchmarks.common import until_pods_admitted
+from pilotfish import names
 from pilotfish.kube.rest import NAMESPACES, Rest
 
 FLOWCONTROL = "/apis/flowcontrol.apiserver.k8s.io/v1"
@@ -18,7 +19,6 @@ SCHEMAS = (
     "pilotfish-tenants",
 )
 LEVELS = ("pilotfish-production", "pilotfish-batch", "pilotfish-tenants", "pilotfish-tenant-pods")
-WEBHOOKS_OFF = "pilotfish.io/webhooks"
 # A pod spec Pilotfish's tenancy rules refuse: it names a scheduler nobody runs.
 SCHEDULED_BY_NOBODY = {"schedulerName": "nobody"}
 
@@ -75,7 +75,7 @@ async def webhooks_off(rest: Rest, namespace: str) -> None:
     """Take `namespace` out of Pilotfish's webhooks (the chart's namespaceSelector), and wait
     until the API server no longer calls them there: a pod the tenancy rules refuse (it
     names a scheduler nobody runs) is then admitted in a dry run."""
-    labels = {WEBHOOKS_OFF: "disabled"}
+    labels = {names.LABEL_WEBHOOKS: names.WEBHOOKS_DISABLED}
     await rest.patch(NAMESPACES.path(name=namespace), {"metadata": {"labels": labels}})
     await until_pods_admitted(
         rest, namespace, f"the webhooks to leave {namespace} alone", (403,), SCHEDULED_BY_NOBODY

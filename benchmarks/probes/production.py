@@ -8,13 +8,12 @@ after the binding), so they do not depend on how late this busy process hears of
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from benchmarks.common import percentile, wait_for
+from benchmarks.common import latency_summary, wait_for
 from benchmarks.extender_overhead import bench_pod
 from benchmarks.probes.scheduling import ServerTimes
 from pilotfish.kube.rest import PODS, ApiError, Rest
@@ -83,19 +82,6 @@ def latencies(start: dict[str, float], end: dict[str, float]) -> list[float]:
     return [end[name] - at for name, at in start.items() if name in end]
 
 
-def summary(values: list[float]) -> dict[str, float | int | None]:
-    def r(v: float | None) -> float | None:
-        return None if v is None else round(v, 4)
-
-    return {
-        "count": len(values),
-        "p50_s": r(statistics.median(values)) if values else None,
-        "p90_s": r(percentile(values, 90)),
-        "p99_s": r(percentile(values, 99)),
-        "max_s": r(max(values)) if values else None,
-    }
-
-
 def production_pods(prefix: str, count: int, scheduler: str | None) -> list[dict[str, Any]]:
     return [
         bench_pod(
@@ -119,18 +105,18 @@ def production_figures(
     created = {n: server.created[n] for n in paced.sent if n in server.created}
     requested = {n: server.bind_received[n] for n in paced.sent if n in server.bind_received}
     return {
-        "created_to_bound": summary(latencies(paced.sent, scheduled)),
+        "created_to_bound": latency_summary(latencies(paced.sent, scheduled)),
         # In creation order: whether the slow ones are the first (arriving into a backlog)
         # or spread over the phase.
         "created_to_bound_in_order_s": [round(v, 3) for v in latencies(paced.sent, scheduled)],
-        "create_request_seconds": summary(latencies(paced.sent, paced.acked)),
-        "acked_to_bound": summary(latencies(paced.acked, scheduled)),
-        "bound_to_seen_by_watch": summary(
+        "create_request_seconds": latency_summary(latencies(paced.sent, paced.acked)),
+        "acked_to_bound": latency_summary(latencies(paced.acked, scheduled)),
+        "bound_to_seen_by_watch": latency_summary(
             latencies({n: scheduled[n] for n in paced.sent if n in scheduled}, seen)
         ),
         "missing_scheduled_events": len(set(paced.sent) - set(scheduled)),
-        "server_create_answered_to_bind_requested": summary(latencies(created, requested)),
-        "server_bind_request_seconds": summary(latencies(requested, server.bind_done)),
+        "server_create_answered_to_bind_requested": latency_summary(latencies(created, requested)),
+        "server_bind_request_seconds": latency_summary(latencies(requested, server.bind_done)),
     }
 
 

@@ -1,6 +1,5 @@
 """Team B of benchmarks/api_fairness.py: one tenant's steady ConfigMap writes, timed in the
-measuring process, and how a window of them is summed up (percentiles, the slowest writes
-with the time they were sent)."""
+measuring process, and the slowest of a window of them with the time they were sent."""
 
 from __future__ import annotations
 
@@ -9,21 +8,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from benchmarks.common import percentile, rounded
 from benchmarks.pod_flood import RETRIED
 from pilotfish.kube.rest import ApiError, Rest
 
 WRITES_LABEL = "bench.pilotfish.io/writes"
-
-
-def summary(values: list[float]) -> dict[str, float | int | None]:
-    return {
-        "count": len(values),
-        "p50_s": rounded(percentile(values, 50)),
-        "p90_s": rounded(percentile(values, 90)),
-        "p99_s": rounded(percentile(values, 99)),
-        "max_s": rounded(max(values) if values else None),
-    }
 
 
 def slowest_of(latencies: list[float], sent_at: list[float], count: int = 10) -> list[list[float]]:
